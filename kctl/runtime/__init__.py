@@ -1,0 +1,1 @@
+"""Runtimes: where serving processes run (local processes or docker containers)."""
