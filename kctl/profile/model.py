@@ -25,6 +25,9 @@ class ImageSpec:
     kernel_source: str | None = None
     #: TORCH_CUDA_ARCH_LIST entries, e.g. ("12.0",) for RTX PRO 6000 Blackwell
     cuda_archs: tuple[str, ...] = ("12.0",)
+    #: tests only: install the SGLang-compatible simulator as the `sglang` package, so the
+    #: unchanged `python3 -m sglang.launch_server ...` command runs it inside the container
+    install_simulator: bool = False
 
 
 @dataclass(frozen=True)
