@@ -1,0 +1,245 @@
+"""Public API of the MLA target-verify attention kernel.
+
+Signature contract (stable; the SGLang integration codes against it)
+--------------------------------------------------------------------
+
+``extend_attention_fwd`` takes SGLang 0.5.5's ``extend_attention_fwd`` arguments in the same
+order and with the same meanings (target-verify mode, absorbed MLA, page size 1), plus a
+keyword-only ``workspace``::
+
+    extend_attention_fwd(
+        q_extend,        # [T, H, 576] bf16   T = qo_indptr[B]; 512 latent ("nope") dims + 64 rope dims
+        k_extend,        # [T, 1, 576] bf16   draft-token keys (their latent + rope)
+        v_extend,        # [T, 1, 512] bf16   draft-token values; MLA: equal to k_extend[..., :512]
+        o_extend,        # [T, H, 512] bf16   output, written in place (last dim contiguous)
+        k_buffer,        # [S, 1, 576] bf16   KV pool (MLATokenToKVPool); row = one token, 1152 B
+        v_buffer,        # [S, 1, 512] bf16   must be the view k_buffer[..., :512]
+        qo_indptr,       # [B+1] int32/int64  request b's draft rows are q[qo_indptr[b]:qo_indptr[b+1]]
+        kv_indptr,       # [B+1] int32/int64  request b's prefix is kv_indices[kv_indptr[b]:kv_indptr[b+1]]
+        kv_indices,      # [>= kv_indptr[B]] int32/int64  pool rows of the prefix tokens (page size 1)
+        custom_mask,     # [>= mask_indptr[B]] uint8/bool, or None (then drafts are causal: j <= i)
+        is_causal,       # bool; only used when custom_mask is None (must then be True)
+        mask_indptr,     # [B+1] int32/int64  request b's mask is [D_b, P_b + D_b] row-major at
+                         #                    custom_mask[mask_indptr[b]:]; draft column j of row i is
+                         #                    custom_mask[mask_indptr[b] + i*(P_b+D_b) + P_b + j]
+        max_len_extend,  # int, ignored (kept for argument compatibility; no launch depends on it)
+        sm_scale=None,   # float; None means 576**-0.5 as in SGLang (pass layer.scaling)
+        logit_cap=0.0,   # must be 0 (MLA models use none)
+        skip_prefix_custom_mask=True,  # must be True: every prefix column is visible
+        *,
+        workspace,       # VerifyWorkspace, allocated once for the declared maximum
+        lse_extend=None, # optional [T, H] float32 output: natural-log sum-exp of scaled logits
+    ) -> None
+
+with D_b = qo_indptr[b+1] - qo_indptr[b] draft tokens and P_b = kv_indptr[b+1] - kv_indptr[b]
+prefix tokens for request b. Draft K/V are read from ``k_extend`` (V being its first 512
+columns) and prefix K/V from ``k_buffer`` (V being its first 512 columns), exactly as MLA
+defines them; ``v_extend``/``v_buffer`` are checked for shape, dtype and device only.
+
+``verify_attention`` is the same call with keyword names, for new code.
+
+CUDA-graph safety: the call does no host synchronisation, no allocation and chooses its launch
+geometry from tensor shapes and the workspace only, never from index values; it can be captured
+once and replayed after the index, length and mask tensors change in place (within the
+workspace's maximum). A bad argument raises ``ValueError``/``TypeError``/``RuntimeError``
+before anything is launched; a CUDA launch error raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "HEAD_DIM_QK",
+    "HEAD_DIM_V",
+    "MAX_DRAFT",
+    "SUPPORTED_HEADS",
+    "VerifyWorkspace",
+    "extend_attention_fwd",
+    "verify_attention",
+]
+
+HEAD_DIM_QK = 576
+HEAD_DIM_V = 512
+MAX_DRAFT = 16
+SUPPORTED_HEADS = (8, 16, 32, 64, 128)
+# Rows (draft token x head) one CTA handles at once; must match csrc/traits.h.
+BLOCK_M = 32
+# Hard ceiling of max_batch: the in-kernel scheduler scans request lengths in shared memory.
+MAX_BATCH_LIMIT = 4096
+
+
+def _load_ext():  # pragma: no cover - needs the compiled extension
+    from kdtree_mla import _C  # noqa: PLC0415
+
+    return _C
+
+
+@dataclass(frozen=True)
+class _Limits:
+    max_batch: int
+    max_tokens: int
+    num_heads: int
+
+
+class VerifyWorkspace:
+    """Device scratch for one model's verify calls, allocated once.
+
+    The split-KV kernel runs a fixed grid of ``num_ctas`` CTAs (one per SM) whatever the
+    lengths are; each CTA leaves at most two partial results (512 fp32 values and one LSE per
+    row, ``BLOCK_M`` rows), merged by a second fixed-geometry kernel. So the partial buffers do
+    not depend on context length; the declared maximum only bounds the schedule table
+    (``max_batch + 1`` ints) and what a call may pass.
+
+    Args:
+        max_batch: largest B a call will pass (1..4096).
+        max_tokens: largest T (sum of draft tokens) a call will pass.
+        num_heads: H of every call (8, 16, 32, 64 or 128).
+        device: CUDA device to allocate on.
+        num_ctas: grid size of the main kernel; default the device's SM count.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_batch: int,
+        max_tokens: int,
+        num_heads: int,
+        device: torch.device | str | int | None = None,
+        num_ctas: int | None = None,
+    ) -> None:
+        if not 1 <= int(max_batch) <= MAX_BATCH_LIMIT:
+            raise ValueError(f"max_batch must be in 1..{MAX_BATCH_LIMIT} (got {max_batch})")
+        if int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be positive (got {max_tokens})")
+        if int(max_tokens) > int(max_batch) * MAX_DRAFT:
+            raise ValueError(
+                f"max_tokens={max_tokens} exceeds max_batch*{MAX_DRAFT}={int(max_batch) * MAX_DRAFT}"
+            )
+        if int(num_heads) not in SUPPORTED_HEADS:
+            raise ValueError(f"num_heads must be one of {SUPPORTED_HEADS} (got {num_heads})")
+        dev = torch.device("cuda" if device is None else device)
+        if dev.type != "cuda":
+            raise ValueError(f"VerifyWorkspace needs a CUDA device (got {dev})")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if num_ctas is None:
+            num_ctas = torch.cuda.get_device_properties(dev).multi_processor_count
+        if int(num_ctas) < 1:
+            raise ValueError(f"num_ctas must be positive (got {num_ctas})")
+        self.limits = _Limits(int(max_batch), int(max_tokens), int(num_heads))
+        self.device = dev
+        self.num_ctas = int(num_ctas)
+        # Two partial slots per CTA; each slot is BLOCK_M rows of 512 fp32 plus BLOCK_M LSEs.
+        self.partial_o = torch.empty(
+            (2 * self.num_ctas, BLOCK_M, HEAD_DIM_V), dtype=torch.float32, device=dev
+        )
+        self.partial_lse = torch.empty((2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev)
+        # [0] = blocks per CTA, [1] = total blocks, [2 : 2+B+1] = per-request block prefix sums.
+        self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.partial_o, self.partial_lse, self.sched))
+
+
+def verify_attention(
+    *,
+    q: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    out: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
+    sm_scale: float,
+    workspace: VerifyWorkspace,
+    lse: torch.Tensor | None = None,
+) -> None:
+    """Target-verify MLA attention; see the module docstring for shapes and meanings."""
+    lim = workspace.limits
+    if q.dim() != 3:
+        raise ValueError(f"q: expected [T, H, {HEAD_DIM_QK}] (got shape {tuple(q.shape)})")
+    if q.shape[1] != lim.num_heads:
+        raise ValueError(f"q: H={q.shape[1]} but the workspace was made for H={lim.num_heads}")
+    if q.shape[0] > lim.max_tokens:
+        raise ValueError(f"q: T={q.shape[0]} exceeds the workspace's max_tokens={lim.max_tokens}")
+    if qo_indptr.dim() != 1 or qo_indptr.shape[0] - 1 > lim.max_batch:
+        raise ValueError(
+            f"qo_indptr: expected [B+1] with B <= max_batch={lim.max_batch} "
+            f"(got shape {tuple(qo_indptr.shape)})"
+        )
+    _load_ext().verify_fwd(
+        q,
+        k_extend,
+        v_extend,
+        out,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        mask_indptr,
+        float(sm_scale),
+        lse,
+        workspace.partial_o,
+        workspace.partial_lse,
+        workspace.sched,
+        workspace.num_ctas,
+    )
+
+
+def extend_attention_fwd(
+    q_extend: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    o_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    is_causal: bool,
+    mask_indptr: torch.Tensor | None,
+    max_len_extend: int,
+    sm_scale: float | None = None,
+    logit_cap: float = 0.0,
+    skip_prefix_custom_mask: bool = True,
+    *,
+    workspace: VerifyWorkspace,
+    lse_extend: torch.Tensor | None = None,
+) -> None:
+    """Drop-in for SGLang's ``extend_attention_fwd`` in target-verify mode (module docstring)."""
+    del max_len_extend  # launch geometry never depends on it
+    if logit_cap != 0.0:
+        raise ValueError(f"logit_cap must be 0 for the MLA verify kernel (got {logit_cap})")
+    if not skip_prefix_custom_mask:
+        raise ValueError("skip_prefix_custom_mask=False is not supported: prefix columns are all visible")
+    if custom_mask is None and not is_causal:
+        raise ValueError("custom_mask=None needs is_causal=True (draft tokens are then a chain)")
+    if sm_scale is None:
+        sm_scale = HEAD_DIM_QK**-0.5
+    verify_attention(
+        q=q_extend,
+        k_extend=k_extend,
+        v_extend=v_extend,
+        out=o_extend,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        custom_mask=custom_mask,
+        mask_indptr=mask_indptr,
+        sm_scale=sm_scale,
+        workspace=workspace,
+        lse=lse_extend,
+    )
