@@ -1,0 +1,5 @@
+import sys
+
+from kctl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,320 @@
+"""The ``kctl`` command line. Thin: parse options, call the controller, render the result.
+One place (:func:`main`) turns errors into one stderr line and an exit code.
+
+Exit codes: 0 ok/promoted · 2 invalid input · 3 candidate rejected, baseline restored ·
+4 DEGRADED (revert or rollback failed) · 5 precondition failed, nothing changed ·
+130 interrupted before any change · 1 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from kctl.errors import KctlError
+
+app = typer.Typer(
+    name="kctl",
+    help="Deploy custom GPU kernels into SGLang serving: build, health, throughput gate, "
+    "promote or automatically revert.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+lock_app = typer.Typer(help="Inspect or release the deploy lock.", no_args_is_help=True)
+app.add_typer(lock_app, name="lock")
+
+
+@dataclass
+class Options:
+    state_dir: Path | None = None
+    json: bool = False
+    verbose: bool = False
+    simulate: bool = False
+    command: str = ""
+
+
+OPTS = Options()
+
+
+class CliReporter:
+    """Progress on stderr: a live line on a terminal, throttled lines otherwise."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+        self._live = False
+
+    def _end_live(self) -> None:
+        if self._live:
+            sys.stderr.write("\n")
+            self._live = False
+
+    def event(self, message: str) -> None:
+        self._end_live()
+        print(f"kctl: {message}", file=sys.stderr, flush=True)
+
+    def warn(self, message: str) -> None:
+        self._end_live()
+        print(f"kctl: warning: {message}", file=sys.stderr, flush=True)
+
+    def progress(self, message: str) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K" + message[:200])
+            sys.stderr.flush()
+            self._live = True
+            return
+        now = time.monotonic()
+        if now - self._last >= 2.0:
+            self._last = now
+            print(f"kctl: {message}", file=sys.stderr, flush=True)
+
+
+def _context() -> Any:
+    from kctl.controller.context import Context, default_state_dir
+
+    root = OPTS.state_dir or default_state_dir()
+    return Context(
+        state_root=Path(root).expanduser().resolve(),
+        simulate=OPTS.simulate,
+        reporter=CliReporter(quiet=OPTS.json),
+        repo_root=Path.cwd(),
+    )
+
+
+def _emit(command: str, result: Any, text: str, exit_code: int = 0) -> None:
+    from kctl.render import envelope
+
+    if OPTS.json:
+        print(envelope(command, ok=exit_code == 0, exit_code=exit_code, result=result))
+    else:
+        print(text)
+    if exit_code:
+        raise typer.Exit(exit_code)
+
+
+@app.callback()
+def _globals(
+    state_dir: Path | None = typer.Option(
+        None,
+        "--state-dir",
+        envvar="KCTL_STATE_DIR",
+        help="Where kctl keeps its store, lock and logs [default: $XDG_STATE_HOME/kctl].",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print one versioned JSON envelope."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Tracebacks on errors."),
+    simulate: bool = typer.Option(
+        False,
+        "--simulate",
+        help="Run on the local runtime with the SGLang simulator, in the state dir's "
+        "simulate/ namespace; never touches a real deployment.",
+    ),
+) -> None:
+    OPTS.state_dir, OPTS.json, OPTS.verbose, OPTS.simulate = state_dir, json_out, verbose, simulate
+
+
+@app.command()
+def deploy(
+    profile: str = typer.Argument(..., help="Profile YAML to deploy."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild the image even if unchanged."),
+    force: bool = typer.Option(
+        False, "--force", help="Deploy even if this profile already serves."
+    ),
+) -> None:
+    """Deploy PROFILE: health, throughput + correctness gate, promote or revert."""
+    from kctl.controller.deploy import deploy as run
+    from kctl.render import deploy_text
+
+    ctx = _context()
+    ctx.rebuild = rebuild
+    result = run(ctx, profile, force=force).to_dict()
+    _emit("deploy", result, deploy_text(result))
+
+
+@app.command()
+def rollback(
+    to: str | None = typer.Option(None, "--to", help="Deployment id to restore."),
+) -> None:
+    """Restore the known-good baseline (or --to an earlier deployment), health-checked."""
+    from kctl.controller.rollback import rollback as run
+
+    result = run(_context(), to).to_dict()
+    _emit("rollback", result, f"{result['outcome'].upper()}: {result['reason']}")
+
+
+@app.command()
+def status() -> None:
+    """What serves now (checked against reality), its health, and the last gate table."""
+    from kctl.controller.status import status as run
+    from kctl.render import status_text
+
+    report = run(_context()).to_dict()
+    code = 4 if report.get("degraded") else 0
+    _emit("status", report, status_text(report), exit_code=code)
+
+
+@app.command()
+def history(limit: int = typer.Option(20, "--limit", "-n", min=1)) -> None:
+    """Past deployments, newest first."""
+    from kctl.controller.status import history as run
+    from kctl.render import history_text
+
+    rows = run(_context(), limit)
+    _emit("history", rows, history_text(rows))
+
+
+@app.command()
+def bench(profile: str | None = typer.Argument(None, help="Profile whose gate to run.")) -> None:
+    """Run a gate workload against what serves now; stored, no deploy."""
+    from kctl.controller.bench import bench as run
+
+    result = run(_context(), profile).to_dict()
+    text = result.get("table") or json.dumps(result["measurement"].get("summary", {}), indent=2)
+    _emit("bench", result, text)
+
+
+@app.command()
+def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
+    """Everything deploy would do (profile, argv/env, gate, image); changes nothing."""
+    from kctl.controller.plan import plan as run
+
+    result = run(_context(), profile)
+    lines = [
+        f"profile {result['profile']['name']} (hash {result['profile_hash'][:12]})",
+        f"runtime: {result['runtime']}" + (" (simulated)" if result["simulate"] else ""),
+        f"baseline: {result['baseline'] or 'none (this profile is a baseline)'}",
+        "launch: " + " ".join(result["launch"]["argv"]),
+        "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
+        f"gate: {result['gate']['requests']} requests over contexts "
+        f"{result['gate']['contexts']}, about {result['gate']['estimated_duration_s']:.0f} s",
+        "steps:",
+    ] + [f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])]
+    if "image" in result:
+        lines += [
+            "",
+            "Dockerfile:",
+            result["image"].get("dockerfile", ""),
+            "run spec:",
+            json.dumps(result["run_spec"], indent=2, default=str),
+        ]
+    _emit("plan", result, "\n".join(lines))
+
+
+@app.command()
+def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.")) -> None:
+    """Validate profiles; every problem with its file, field and fix."""
+    from kctl.errors import ProfileError
+    from kctl.profile.loader import load_profile
+
+    results, problems = [], []
+    for path in profiles:
+        try:
+            p = load_profile(path)
+            results.append({"path": path, "ok": True, "hash": p.content_hash})
+        except ProfileError as exc:
+            problems += exc.problems
+            results.append({"path": path, "ok": False, "problems": exc.problems})
+    text = "\n".join(
+        f"ok {r['path']} ({r['hash'][:12]})" if r["ok"] else "\n".join(r["problems"])
+        for r in results
+    )
+    _emit("validate", results, text, exit_code=2 if problems else 0)
+
+
+@app.command()
+def logs(
+    deployment: str | None = typer.Argument(None, help="Deployment id [default: serving]."),
+    tail: int | None = typer.Option(None, "--tail", "-n", min=1),
+) -> None:
+    """The server log of a deployment."""
+    from kctl.controller.status import logs as run
+
+    text = run(_context(), deployment, tail)
+    _emit("logs", {"log": text}, text)
+
+
+@lock_app.command("show")
+def lock_show() -> None:
+    """Who holds the deploy lock, and whether it is stale."""
+    from kctl.lock import DeployLock
+
+    info = DeployLock(_context().state_dir).inspect()
+    data = None if info is None else (info.to_dict() if hasattr(info, "to_dict") else vars(info))
+    text = "lock is free" if data is None else "\n".join(f"{k}: {v}" for k, v in data.items())
+    _emit("lock show", data, text)
+
+
+@lock_app.command("release")
+def lock_release(force: bool = typer.Option(False, "--force", help="Release a live lock.")) -> None:
+    """Release the deploy lock (a live one only with --force)."""
+    from kctl.lock import DeployLock
+
+    DeployLock(_context().state_dir).release(force=force)
+    _emit("lock release", {"released": True}, "lock released")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and maps errors to one line and an exit code."""
+    from kctl.render import envelope
+
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), "")
+    try:
+        app(args=args, standalone_mode=False)
+        return 0
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except KctlError as exc:
+        result = getattr(exc, "result", None)
+        if OPTS.json:
+            print(
+                envelope(
+                    command,
+                    ok=False,
+                    exit_code=exc.exit_code,
+                    result=result.to_dict() if result is not None else None,
+                    error={"type": type(exc).__name__, "message": exc.message, "hint": exc.hint},
+                )
+            )
+        else:
+            if result is not None:
+                from kctl.render import deploy_text
+
+                print(deploy_text(result.to_dict()))
+            tail = getattr(exc, "log_tail", "") or ""
+            if tail:
+                print("last log lines:\n" + tail, file=sys.stderr)
+            print(f"kctl: error: {exc}", file=sys.stderr)
+        if OPTS.verbose:
+            traceback.print_exc()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("kctl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # click usage errors and real bugs
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            print("kctl: aborted", file=sys.stderr)
+            return 130
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        print(f"kctl: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if OPTS.verbose:
+            traceback.print_exc()
+        else:
+            print("  run with --verbose for the traceback, and please report it", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

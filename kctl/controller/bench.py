@@ -1,0 +1,75 @@
+"""``kctl bench [PROFILE]``: run a gate workload against what serves now and store it.
+Changes nothing on the host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller import common
+from kctl.controller.recover import serving_now
+from kctl.errors import PreconditionFailed
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+
+
+@dataclass
+class BenchResult:
+    deployment_id: str
+    profile: str
+    measurement: dict[str, Any]
+    compared_with: str | None = None
+    table: str | None = None
+    verdict: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
+    from kctl.gate import Measurement, judge, measure, plan_workload, render_table
+    from kctl.gate.verdict import CorrectnessResult  # noqa: F401 - judged inside judge()
+
+    store = ctx.open_store()
+    dep = store.serving()
+    if dep is None:
+        raise PreconditionFailed(
+            "nothing serves now, so there is nothing to benchmark", hint="deploy a profile first"
+        )
+    serving_profile = common.profile_of(dep)
+    runtime = ctx.runtime(ctx.runtime_kind(serving_profile))
+    live = serving_now(store, runtime)
+    if live is None or live[0].id != dep.id:
+        raise PreconditionFailed(
+            f"{dep.id} is recorded as serving but does not run",
+            hint="run `kctl status`, then `kctl rollback`",
+        )
+    gate_profile = common.load(profile_path) if profile_path else serving_profile
+    fp = common.fingerprint(ctx, gate_profile, serving_profile)
+    meas = measure(
+        common.endpoint_of(serving_profile),
+        plan_workload(gate_profile.gate),
+        fingerprint=fp,
+        progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
+    )
+    store.save_measurement(dep.id, serving_profile.content_hash, fp, meas.to_dict())
+    result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
+    base_path = serving_profile.baseline or gate_profile.baseline
+    if base_path:
+        base = common.load(base_path)
+        bfp = common.fingerprint(ctx, gate_profile, base)
+        stored = store.latest_measurement(
+            base.content_hash, bfp, max_age_s=float("inf"), now=ctx.clock()
+        )
+        if stored is not None:
+            verdict = judge(Measurement.from_dict(stored[0]), meas, gate_profile.gate.policy)
+            result.compared_with = base.name
+            result.table = render_table(verdict)
+            result.verdict = verdict.to_dict()
+        else:
+            result.warnings.append(
+                f"no stored measurement of baseline {base.name} under this workload to compare with"
+            )
+    return result

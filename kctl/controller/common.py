@@ -1,0 +1,157 @@
+"""Pieces shared by deploy, rollback and bench: profile loading, launch specs, images,
+bringing a server up with health, measuring, and fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+    from kctl.controller.transaction import Transaction
+    from kctl.profile.model import Profile
+    from kctl.runtime.base import Instance, LaunchSpec, Runtime
+
+
+def load(path: str) -> Profile:
+    from kctl.profile.loader import load_profile
+
+    return load_profile(path)
+
+
+def load_pair(path: str) -> tuple[Profile, Profile | None]:
+    """The candidate and its known-good baseline (None when the profile is a baseline)."""
+    candidate = load(path)
+    baseline = load(candidate.baseline) if candidate.baseline else None
+    if baseline is not None and baseline.runtime.kind != candidate.runtime.kind:
+        raise UsageError(
+            f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r} but its baseline "
+            f"{baseline.source} uses {baseline.runtime.kind!r}",
+            hint="a candidate and its baseline must run on the same runtime",
+        )
+    return candidate, baseline
+
+
+def image_for(ctx: Context, profile: Profile) -> str | None:
+    """Build (or find, content-addressed) the serving image; None on the local runtime."""
+    if ctx.runtime_kind(profile) != "docker":
+        return None
+    from kctl.image import ensure_image
+
+    return ensure_image(
+        profile,
+        repo_root=ctx.repo_root,
+        state_dir=ctx.state_dir,
+        rebuild=ctx.rebuild,
+        progress=ctx.reporter.progress,
+    )
+
+
+def launch_spec_for(
+    ctx: Context, profile: Profile, deployment_id: str, image: str | None
+) -> LaunchSpec:
+    import dataclasses
+
+    from kctl.launch import launch_spec
+
+    spec = launch_spec(profile, deployment_id, simulate=ctx.simulate)
+    return dataclasses.replace(spec, image=image) if image else spec
+
+
+def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Profile) -> Any:
+    from kctl.health import wait_healthy as _wait
+
+    def show(p: Any) -> None:
+        ctx.reporter.progress(f"health {instance.deployment_id}: {p}")
+
+    return _wait(
+        runtime,
+        instance,
+        profile.health,
+        host=profile.server.host,
+        port=profile.server.port,
+        verify_kernel=profile.server.verify_kernel,
+        progress=show,
+    )
+
+
+def bring_up(
+    txn: Transaction,
+    runtime: Runtime,
+    profile: Profile,
+    deployment_id: str,
+    image: str | None,
+    why: str,
+) -> tuple[Instance, Any]:
+    """Start a server and wait for health. Raises HealthFailed with the instance attached
+    (``exc.instance``) so the caller can stop it."""
+    from kctl.errors import HealthFailed
+
+    spec = launch_spec_for(txn.ctx, profile, deployment_id, image)
+    instance = txn.start(runtime, spec, why)
+    try:
+        report = wait_healthy(txn.ctx, runtime, instance, profile)
+    except HealthFailed as exc:
+        exc.instance = instance  # type: ignore[attr-defined]
+        raise
+    txn.ctx.reporter.event(f"{deployment_id} is healthy")
+    return instance, report
+
+
+def gpu_description(ctx: Context) -> str:
+    if ctx.simulate:
+        return "simulated"
+    if shutil.which("nvidia-smi") is None:
+        return "no-nvidia-smi"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown-gpu"
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return f"{len(names)}x {names[0]}" if names else "unknown-gpu"
+
+
+def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:
+    """What a stored measurement must match to be reused as a baseline: the gate workload,
+    the model, the GPU, the host, and the measured profile's content."""
+    gate = gate_profile.gate
+    key = {
+        "workload": {
+            "contexts": list(gate.contexts),
+            "output_tokens": gate.output_tokens,
+            "warmup": gate.warmup,
+            "concurrency": gate.concurrency,
+            "seed": gate.seed,
+            "correctness": [gate.correctness.prompts, gate.correctness.tokens],
+        },
+        "model": measured.server.model_path,
+        "gpu": gpu_description(ctx),
+        "host": socket.gethostname(),
+        "measured_profile": measured.content_hash,
+        "simulated": ctx.simulate,
+    }
+    blob = json.dumps(key, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+
+def endpoint_of(profile: Profile) -> Endpoint:
+    return Endpoint(profile.server.host, profile.server.port)

@@ -1,0 +1,87 @@
+"""What every command needs: the state dir (and its ``simulate/`` namespace), the store,
+the runtime for a profile, a reporter for progress, and a clock. Built once by the CLI;
+tests build it directly."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from kctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from kctl.profile.model import Profile
+    from kctl.runtime.base import Runtime
+    from kctl.store import Store
+
+
+class Reporter(Protocol):
+    """Where the controller's human-facing output goes (the CLI draws it on stderr)."""
+
+    def event(self, message: str) -> None: ...
+
+    def warn(self, message: str) -> None: ...
+
+    def progress(self, message: str) -> None: ...
+
+
+class NullReporter:
+    def event(self, message: str) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+    def progress(self, message: str) -> None:
+        pass
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kctl"
+
+
+@dataclass
+class Context:
+    state_root: Path
+    simulate: bool = False
+    reporter: Reporter = field(default_factory=NullReporter)
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    #: repository root: where `kernels/` and profile-relative sources are found for builds
+    repo_root: Path = field(default_factory=Path.cwd)
+    rebuild: bool = False
+    _runtimes: dict[str, Runtime] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        """Simulated runs keep their own namespace and never touch a real deployment."""
+        return self.state_root / "simulate" if self.simulate else self.state_root
+
+    def open_store(self, *, read_only: bool = False) -> Store:
+        from kctl.store import Store
+
+        return Store.open(self.state_dir, read_only=read_only)
+
+    def runtime_kind(self, profile: Profile) -> str:
+        return "local" if self.simulate else profile.runtime.kind
+
+    def runtime(self, kind: str) -> Runtime:
+        """The runtime of that kind, created once per command."""
+        if kind not in self._runtimes:
+            if kind == "local":
+                from kctl.runtime.local import LocalRuntime
+
+                self._runtimes[kind] = LocalRuntime(self.state_dir)
+            elif kind == "docker":
+                from kctl.runtime.docker import DockerRuntime
+
+                self._runtimes[kind] = DockerRuntime(self.state_dir)
+            else:
+                raise UsageError(f"unknown runtime kind {kind!r}", hint="use docker or local")
+        return self._runtimes[kind]

@@ -1,0 +1,90 @@
+"""``kctl plan PROFILE``: everything deploy would do, as data. Changes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller import common
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+
+
+def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
+    from kctl.gate import estimate_duration, plan_workload
+    from kctl.profile.loader import profile_to_dict
+
+    candidate, baseline = common.load_pair(profile_path)
+    kind = ctx.runtime_kind(candidate)
+    spec = common.launch_spec_for(ctx, candidate, "<new>", None)
+    workload = plan_workload(candidate.gate)
+    stored = None
+    if baseline is not None and (ctx.state_dir / "kctl.db").exists():
+        store = ctx.open_store(read_only=True)
+        try:
+            fp = common.fingerprint(ctx, candidate, baseline)
+            hit = store.latest_measurement(
+                baseline.content_hash,
+                fp,
+                max_age_s=candidate.gate.policy.baseline_max_age_s,
+                now=ctx.clock(),
+            )
+            stored = hit[1] if hit else None
+        finally:
+            store.close()
+    steps = [
+        "lock",
+        "reconcile interrupted deploys",
+        "preflight (runtime, port" + (", GPU arch, mounts)" if kind == "docker" else ")"),
+    ]
+    if kind == "docker":
+        steps.append("build images (content-addressed; skipped when unchanged)")
+    if baseline is None:
+        steps += [
+            "stop what serves",
+            f"start {candidate.name}",
+            "health",
+            "measure it and record it as the known-good baseline",
+        ]
+    else:
+        steps.append(
+            f"baseline {baseline.name}: reuse stored measurement from {stored}"
+            if stored
+            else f"baseline {baseline.name}: measure it (the running one before stopping it, "
+            "else start it first)"
+        )
+        steps += [
+            "stop what serves",
+            f"start {candidate.name}",
+            f"health (deadline {candidate.health.deadline_s:.0f} s)",
+            "gate: throughput + correctness vs the baseline",
+            f"promote, or revert to {baseline.name} and verify it",
+        ]
+    out: dict[str, Any] = {
+        "profile": profile_to_dict(candidate),
+        "profile_hash": candidate.content_hash,
+        "baseline": baseline.source if baseline else None,
+        "baseline_hash": baseline.content_hash if baseline else None,
+        "runtime": kind,
+        "simulate": ctx.simulate,
+        "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
+        "gate": {
+            "contexts": list(candidate.gate.contexts),
+            "requests": _count(workload),
+            "estimated_duration_s": estimate_duration(workload, candidate, ctx.simulate),
+            "policy": profile_to_dict(candidate)["gate"]["policy"],
+        },
+        "stored_baseline_measurement": stored,
+        "steps": steps,
+    }
+    if kind == "docker":
+        from kctl.image import plan_image
+        from kctl.runtime.docker import plan_run_spec
+
+        out["image"] = plan_image(candidate, repo_root=ctx.repo_root)
+        out["run_spec"] = plan_run_spec(spec, candidate)
+    return out
+
+
+def _count(workload: Any) -> int:
+    return int(getattr(workload, "request_count", 0) or len(getattr(workload, "requests", [])))

@@ -1,0 +1,64 @@
+"""Reconciling the store with what actually runs.
+
+A kctl killed outright (SIGKILL, power loss) leaves an open journal transaction and,
+maybe, a server the store does not call serving. The next ``deploy`` or ``rollback``
+calls :func:`reconcile` under the lock: it reads what the runtime really runs, points the
+store's serving pointer at it, and closes the interrupted transaction with a note.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller.transaction import instance_from_dict
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+    from kctl.runtime.base import Instance, Runtime
+    from kctl.store import Store
+
+
+def serving_now(store: Store, runtime: Runtime) -> tuple[Any, Instance] | None:
+    """The deployment that really serves now with its instance, or None.
+
+    The store's pointer is trusted only when the runtime confirms the process runs; a
+    running instance of ours that the store does not point at is adopted when the store
+    knows its deployment."""
+    dep = store.serving()
+    if dep is not None:
+        inst = instance_from_dict(dep.instance)
+        if inst is not None and runtime.state(inst).running:
+            return dep, inst
+    for inst in runtime.running():
+        try:
+            known = store.get_deployment(inst.deployment_id)
+        except Exception:  # noqa: BLE001 - a process the store never recorded
+            continue
+        recorded = instance_from_dict(known.instance)
+        if recorded is not None and recorded.port:
+            inst = recorded if recorded.ref == inst.ref else inst
+        return known, inst
+    return None
+
+
+def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) -> list[str]:
+    """Close interrupted transactions against reality; returns notes for the user."""
+    notes = []
+    for txn in store.open_transactions():
+        txn_id = txn["id"] if isinstance(txn, dict) else txn.id
+        steps = txn["steps"] if isinstance(txn, dict) else txn.steps
+        last = steps[-1] if steps else None
+        where = f" during step {last['step']!r} ({last['state']})" if last else ""
+        serving = serving_now(store, runtime)
+        store.set_serving(serving[0].id if serving else None)
+        now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
+        store.update_deployment(
+            txn_id,
+            status="interrupted",
+            exit_code=4,
+            ended=True,
+            reason=f"kctl was interrupted{where}; reconciled by {resolver}",
+        )
+        store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")
+        notes.append(f"deployment {txn_id} was interrupted{where}; {now}")
+    return notes

@@ -1,0 +1,164 @@
+"""Read-only commands: ``status``, ``history``, ``logs``. They never create state and never
+import docker, torch or jinja2 on the local runtime's path."""
+
+from __future__ import annotations
+
+import http.client
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller.transaction import instance_from_dict
+from kctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+
+
+@dataclass
+class StatusReport:
+    state_dir: str
+    serving: dict[str, Any] | None = None
+    health: str = "unknown"
+    known_good: dict[str, Any] | None = None
+    last_gate: dict[str, Any] | None = None
+    last_gate_table: str | None = None
+    interrupted: list[dict[str, Any]] = field(default_factory=list)
+    degraded: str | None = None
+    lock: dict[str, Any] | None = None
+    unmanaged: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _dep_summary(dep: Any) -> dict[str, Any]:
+    return {
+        "id": dep.id,
+        "profile": dep.profile_name,
+        "profile_hash": dep.profile_hash,
+        "kind": dep.kind,
+        "status": dep.status,
+        "verdict": dep.verdict,
+        "reason": dep.reason,
+        "started_at": dep.started_at,
+        "ended_at": dep.ended_at,
+    }
+
+
+def probe_health(host: str, port: int, timeout_s: float = 3.0) -> str:
+    """One GET /health, for display: 'healthy', 'unhealthy (503)' or 'unreachable (...)'."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        resp.read()
+        return "healthy" if resp.status == 200 else f"unhealthy (HTTP {resp.status})"
+    except OSError as exc:
+        return f"unreachable ({exc.__class__.__name__})"
+    finally:
+        conn.close()
+
+
+def status(ctx: Context) -> StatusReport:
+    from kctl.lock import DeployLock
+
+    report = StatusReport(state_dir=str(ctx.state_dir))
+    lock = DeployLock(ctx.state_dir).inspect()
+    if lock is not None:
+        report.lock = lock.to_dict() if hasattr(lock, "to_dict") else dict(lock.__dict__)
+    if not (ctx.state_dir / "kctl.db").exists():
+        report.problems.append("nothing deployed yet (no state in this state dir)")
+        return report
+    store = ctx.open_store(read_only=True)
+    try:
+        for txn in store.open_transactions():
+            steps = txn["steps"] if isinstance(txn, dict) else txn.steps
+            txn_id = txn["id"] if isinstance(txn, dict) else txn.id
+            last = steps[-1] if steps else None
+            report.interrupted.append({"id": txn_id, "last_step": last})
+        dep = store.serving()
+        if dep is not None:
+            summary = _dep_summary(dep)
+            inst = instance_from_dict(dep.instance)
+            if inst is not None:
+                runtime = ctx.runtime(inst.runtime)
+                state = runtime.state(inst)
+                summary["process"] = state.detail
+                if state.running:
+                    host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
+                    report.health = probe_health(host, inst.port)
+                else:
+                    report.health = "down"
+                    report.problems.append(
+                        f"the store says {dep.id} serves, but it is {state.detail}; "
+                        "run `kctl rollback` to restore the known-good baseline"
+                    )
+            report.serving = summary
+        else:
+            report.health = "nothing serving"
+        known = store.last_known_good()
+        if known is not None:
+            report.known_good = _dep_summary(known)
+        last = store.last_gate_result()
+        if last is not None:
+            gate_dep, data = last
+            report.last_gate = {
+                "deployment": gate_dep.id,
+                "profile": gate_dep.profile_name,
+                "verdict": gate_dep.verdict,
+                "reason": gate_dep.reason,
+                "timings": gate_dep.timings,
+            }
+            report.last_gate_table = _table_from(data)
+        latest = store.list_deployments(limit=1)
+        if latest and latest[0].status in ("degraded", "aborted"):
+            report.degraded = (
+                f"DEGRADED: {latest[0].id} ended {latest[0].status}: {latest[0].reason}. "
+                "Next: `kctl rollback`"
+            )
+        for txn in report.interrupted:
+            step = txn["last_step"]
+            where = f" at step {step['step']!r}" if step else ""
+            report.problems.append(
+                f"deployment {txn['id']} was interrupted{where} and not resolved; "
+                "run `kctl rollback` (or deploy again) to reconcile"
+            )
+    finally:
+        store.close()
+    return report
+
+
+def _table_from(data: dict[str, Any]) -> str | None:
+    try:
+        from kctl.gate import GateResult, render_table
+
+        return render_table(GateResult.from_dict(data).verdict)
+    except Exception:  # noqa: BLE001 - an old or partial record still shows the rest
+        return None
+
+
+def history(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
+    if not (ctx.state_dir / "kctl.db").exists():
+        return []
+    store = ctx.open_store(read_only=True)
+    try:
+        return [_dep_summary(d) for d in store.list_deployments(limit=limit)]
+    finally:
+        store.close()
+
+
+def logs(ctx: Context, deployment_id: str | None, tail: int | None) -> str:
+    if not (ctx.state_dir / "kctl.db").exists():
+        raise UsageError("nothing deployed yet: no logs to show")
+    store = ctx.open_store(read_only=True)
+    try:
+        dep = store.get_deployment(deployment_id) if deployment_id else store.serving()
+        if dep is None:
+            raise UsageError("nothing serves now", hint="name a deployment: `kctl logs ID`")
+        inst = instance_from_dict(dep.instance)
+        if inst is None:
+            raise UsageError(f"{dep.id} never started a server, so it has no logs")
+        return ctx.runtime(inst.runtime).logs(inst, tail=tail)
+    finally:
+        store.close()
