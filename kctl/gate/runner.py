@@ -1,0 +1,267 @@
+"""Runs a gate workload against a server (the only part of the gate that does I/O).
+
+:func:`measure` sends the plan and records every request; :func:`run_gate` measures the
+candidate, judges it against a stored baseline, and spends the policy's extra-repeat
+budget on buckets whose ratio straddles the threshold before judging again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kctl.errors import GateError
+from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_generate
+from kctl.gate.measurement import Measurement, ProbeOutput
+from kctl.gate.stats import Sample, summarize
+from kctl.gate.verdict import Verdict, check_correctness, judge
+from kctl.gate.workload import GenRequest, Workload
+from kctl.profile.model import PolicySpec
+
+#: extra repeats are spent this many per unclear bucket per round, so a bucket that
+#: becomes clear early does not use the whole budget
+EXTRA_REPEATS_PER_ROUND = 2
+
+GATE_RESULT_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class GateProgress:
+    """A progress event: ``done`` of ``total`` requests of ``phase`` at ``context``."""
+
+    phase: str
+    context: int | None
+    done: int
+    total: int
+    elapsed_s: float
+    last: Sample | None = None
+
+
+ProgressFn = Callable[[GateProgress], None]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The candidate's measurement and the final verdict, as the store keeps them."""
+
+    candidate: Measurement
+    verdict: Verdict
+    #: rounds of extra repeats spent, and how many extra requests they sent
+    extra_rounds: int = 0
+    extra_requests: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": GATE_RESULT_SCHEMA,
+            "candidate": self.candidate.to_dict(),
+            "verdict": self.verdict.to_dict(),
+            "extra_rounds": self.extra_rounds,
+            "extra_requests": self.extra_requests,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GateResult:
+        if d.get("schema") != GATE_RESULT_SCHEMA:
+            raise GateError(f"stored gate result has unknown schema {d.get('schema')!r}")
+        return cls(
+            candidate=Measurement.from_dict(d["candidate"]),
+            verdict=Verdict.from_dict(d["verdict"]),
+            extra_rounds=d.get("extra_rounds", 0),
+            extra_requests=d.get("extra_requests", 0),
+        )
+
+
+def _sample(req: GenRequest, res: StreamResult, round_no: int) -> Sample:
+    return Sample(
+        phase=req.phase,
+        context=req.context,
+        index=req.index,
+        concurrency=req.concurrency,
+        round=round_no,
+        ttft_s=res.ttft_s,
+        decode_tps=res.decode_tps,
+        e2e_s=res.e2e_s,
+        completion_tokens=res.completion_tokens,
+        error=res.error,
+    )
+
+
+class _Sender:
+    """Sends requests and reports progress; keeps the clock and timeout in one place."""
+
+    def __init__(
+        self, endpoint: Endpoint, timeout_s: float, progress: ProgressFn | None, clock: Clock
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.progress = progress
+        self.clock = clock
+        self.t0 = clock()
+
+    def _report(self, phase: str, ctx: int | None, done: int, total: int, last: Sample | None):
+        if self.progress is not None:
+            self.progress(GateProgress(phase, ctx, done, total, self.clock() - self.t0, last))
+
+    def one(self, req: GenRequest) -> StreamResult:
+        return stream_generate(
+            self.endpoint,
+            req.payload(),
+            timeout_s=self.timeout_s,
+            expected_tokens=req.max_new_tokens if req.ignore_eos else None,
+            clock=self.clock,
+        )
+
+    def run(self, phase: str, reqs: Iterable[GenRequest], round_no: int = 0) -> list[Sample]:
+        """Send ``reqs`` in order; requests of a concurrency bucket go out together,
+        ``concurrency`` at a time."""
+        reqs = list(reqs)
+        out: list[Sample] = []
+        self._report(phase, reqs[0].context if reqs else None, 0, len(reqs), None)
+        i = 0
+        while i < len(reqs):
+            req = reqs[i]
+            if req.concurrency <= 1:
+                out.append(_sample(req, self.one(req), round_no))
+                i += 1
+            else:
+                # the contiguous run of requests of this bucket goes out together
+                j = i
+                while j < len(reqs) and (reqs[j].context, reqs[j].concurrency) == (
+                    req.context,
+                    req.concurrency,
+                ):
+                    j += 1
+                group = reqs[i:j]
+                with ThreadPoolExecutor(max_workers=req.concurrency) as pool:
+                    results = list(pool.map(self.one, group))
+                out.extend(_sample(r, res, round_no) for r, res in zip(group, results))
+                i += len(group)
+            self._report(phase, req.context, len(out), len(reqs), out[-1])
+        return out
+
+
+def measure(
+    endpoint: Endpoint,
+    workload: Workload,
+    *,
+    fingerprint: str = "",
+    label: str = "",
+    progress: ProgressFn | None = None,
+    clock: Clock = time.monotonic,
+) -> Measurement:
+    """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
+    (recorded, not counted) then its measured requests, then the concurrency phase, then
+    the correctness probes. Failed requests are recorded as failed samples."""
+    send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
+    samples: list[Sample] = []
+    t_warm = t_meas = 0.0
+    for ctx in workload.contexts:
+        t = clock()
+        samples += send.run("warmup", [r for r in workload.warmups if r.context == ctx])
+        t_warm += clock() - t
+        t = clock()
+        samples += send.run("measure", [r for r in workload.measured if r.context == ctx])
+        t_meas += clock() - t
+    timings: list[tuple[str, float]] = [("warmup", t_warm), ("measure", t_meas)]
+    if workload.concurrent:
+        t = clock()
+        samples += send.run("concurrent", workload.concurrent)
+        timings.append(("concurrent", clock() - t))
+    t = clock()
+    probes: list[ProbeOutput] = []
+    for n, probe in enumerate(workload.probes):
+        try:
+            ids = greedy_ids(
+                endpoint.host,
+                endpoint.port,
+                probe.input_ids(),
+                probe.tokens,
+                timeout_s=workload.request_timeout_s,
+            )
+            probes.append(ProbeOutput(probe.index, tuple(ids)))
+        except GateError as exc:
+            probes.append(ProbeOutput(probe.index, error=exc.message))
+        send._report("probe", None, n + 1, len(workload.probes), None)
+    timings.append(("probes", clock() - t))
+    timings.append(("total", clock() - send.t0))
+    return Measurement(
+        fingerprint=fingerprint,
+        samples=tuple(samples),
+        summaries=summarize(samples),
+        probes=tuple(probes),
+        timings=tuple(timings),
+        label=label,
+    )
+
+
+def _next_index(m: Measurement, context: int, concurrency: int) -> int:
+    indices = [
+        s.index
+        for s in m.samples
+        if s.phase != "warmup" and s.context == context and s.concurrency == concurrency
+    ]
+    return max(indices, default=-1) + 1
+
+
+def run_gate(
+    endpoint: Endpoint,
+    workload: Workload,
+    baseline: Measurement,
+    policy: PolicySpec,
+    *,
+    fingerprint: str = "",
+    label: str = "",
+    progress: ProgressFn | None = None,
+    clock: Clock = time.monotonic,
+) -> GateResult:
+    """Measure the candidate at ``endpoint``, judge it against ``baseline``; while the
+    verdict is INCONCLUSIVE and budget is left, add :data:`EXTRA_REPEATS_PER_ROUND`
+    repeats to each unclear bucket (at most ``policy.max_extra_repeats`` per bucket in
+    all) and judge again. Raises GateError only when the baseline cannot be judged
+    against (it lacks data); the candidate's failures are verdicts."""
+    candidate = measure(
+        endpoint, workload, fingerprint=fingerprint, label=label, progress=progress, clock=clock
+    )
+
+    def decide(m: Measurement) -> Verdict:
+        corr = check_correctness(baseline, m, max_mismatched=workload.max_mismatched_prompts)
+        return judge(baseline, m, policy, corr)
+
+    verdict = decide(candidate)
+    spent: dict[tuple[int, int], int] = {}
+    rounds = sent = 0
+    send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
+    while verdict.verdict == "INCONCLUSIVE":
+        batch: list[GenRequest] = []
+        for ctx, conc in verdict.unclear:
+            left = policy.max_extra_repeats - spent.get((ctx, conc), 0)
+            n = min(EXTRA_REPEATS_PER_ROUND, left)
+            if n <= 0:
+                continue
+            per_request = conc if conc > 1 else 1
+            start = _next_index(candidate, ctx, conc)
+            batch += workload.extra_requests(ctx, n * per_request, start, conc)
+            spent[(ctx, conc)] = spent.get((ctx, conc), 0) + n
+        if not batch:
+            break
+        rounds += 1
+        t = clock()
+        extra = send.run("extra", batch, round_no=rounds)
+        sent += len(extra)
+        candidate = candidate.with_samples(tuple(extra))
+        candidate = replace(candidate, timings=_add_timing(candidate.timings, clock() - t))
+        verdict = decide(candidate)
+    return GateResult(candidate, verdict, rounds, sent)
+
+
+def _add_timing(
+    timings: tuple[tuple[str, float], ...], extra_s: float
+) -> tuple[tuple[str, float], ...]:
+    """Add ``extra_s`` to the "extra" and "total" timings (creating "extra")."""
+    d = dict(timings)
+    total = d.pop("total", 0.0) + extra_s
+    d["extra"] = d.get("extra", 0.0) + extra_s
+    return (*d.items(), ("total", total))

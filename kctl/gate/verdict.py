@@ -1,0 +1,475 @@
+"""The gate's judge: candidate vs baseline under a policy. Pure.
+
+Per bucket (context length; the concurrency phase forms buckets of its own) the ratio is
+``median(candidate decode tok/s) / median(baseline decode tok/s)``.
+
+**Noise.** Each ratio gets a 90 % percentile-bootstrap interval: both sides' samples are
+resampled with replacement :data:`BOOTSTRAP_ROUNDS` times (fixed seed, so the same
+measurements always give the same verdict) and the 5th and 95th percentiles of the
+resampled ratio of medians bound it. With three samples a side this is close to
+``[cand_min / base_max, cand_max / base_min]``; unlike that min/max bound it narrows as
+repeats are added, which is what extra repeats are for. A row is
+
+- PASS when the whole interval is at or above its threshold,
+- FAIL when the whole interval is below it,
+- UNCLEAR when the interval straddles it (the runner adds repeats for these buckets),
+- INFO when no threshold binds it (see the objective below).
+
+**Objective.** With ``policy.objective`` the traffic-mix weighted mean of the one-at-a-time
+ratios, ``sum(w * ratio) / sum(w)``, decides instead of the per-context default: rows bind
+only where ``policy.min_ratio_per_context`` names a floor for their context. The objective
+gets its interval from the same bootstrap resamples.
+
+**Overall**, first match wins: a correctness mismatch beyond the tolerance → FAIL; a bucket
+with fewer completed requests than ``min_completed_fraction`` → FAIL; a binding row or the
+objective clearly below its threshold → FAIL; anything UNCLEAR → INCONCLUSIVE (the runner
+first spends ``policy.max_extra_repeats`` on it); otherwise PASS.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from kctl.errors import GateError
+from kctl.gate.measurement import Measurement
+from kctl.gate.stats import Summary
+from kctl.profile.model import PolicySpec
+
+RowResult = Literal["PASS", "FAIL", "UNCLEAR", "INFO"]
+Overall = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+CrossoverPosition = Literal["within", "below", "above", "none"]
+
+BOOTSTRAP_ROUNDS = 2000
+BOOTSTRAP_SEED = 0
+#: two-sided: the interval spans the 5th to the 95th percentile
+INTERVAL_LEVEL = 0.90
+
+
+# --------------------------------------------------------------------------- correctness
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A probe whose greedy output differs from the baseline's recorded output."""
+
+    prompt_index: int
+    #: first differing token position; -1 when a side has no output (the probe failed)
+    position: int
+    expected: int | None = None
+    got: int | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.position < 0:
+            return f"prompt {self.prompt_index}: {self.detail}"
+        return (
+            f"prompt {self.prompt_index} differs at token {self.position} "
+            f"(baseline {self.expected}, candidate {self.got})"
+        )
+
+
+@dataclass(frozen=True)
+class CorrectnessResult:
+    """Greedy outputs of the probes compared with the baseline's."""
+
+    checked: int
+    mismatches: tuple[Mismatch, ...] = ()
+    #: how many prompts may differ (gate.correctness.max_mismatched_prompts)
+    allowed: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return len(self.mismatches) <= self.allowed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked,
+            "allowed": self.allowed,
+            "mismatches": [m.__dict__.copy() for m in self.mismatches],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CorrectnessResult:
+        return cls(
+            checked=d["checked"],
+            allowed=d.get("allowed", 0),
+            mismatches=tuple(Mismatch(**m) for m in d.get("mismatches", ())),
+        )
+
+
+def check_correctness(
+    baseline: Measurement, candidate: Measurement, *, max_mismatched: int = 0
+) -> CorrectnessResult:
+    """Compare the candidate's probe outputs with the baseline's, token by token over
+    the length the baseline recorded."""
+    cand = {p.index: p for p in candidate.probes}
+    mismatches: list[Mismatch] = []
+    for ref in baseline.probes:
+        if ref.error is not None or not ref.output_ids:
+            raise GateError(
+                f"baseline measurement has no greedy output for probe {ref.index}"
+                + (f" ({ref.error})" if ref.error else ""),
+                hint="measure the baseline again (kctl bench BASELINE_PROFILE)",
+            )
+        got = cand.get(ref.index)
+        if got is None:
+            mismatches.append(Mismatch(ref.index, -1, detail="probe was not run"))
+            continue
+        if got.error is not None:
+            mismatches.append(Mismatch(ref.index, -1, detail=f"probe failed: {got.error}"))
+            continue
+        for pos, expected in enumerate(ref.output_ids):
+            actual = got.output_ids[pos] if pos < len(got.output_ids) else None
+            if actual != expected:
+                mismatches.append(Mismatch(ref.index, pos, expected, actual))
+                break
+    return CorrectnessResult(len(baseline.probes), tuple(mismatches), max_mismatched)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """One bucket of the verdict table."""
+
+    context: int
+    concurrency: int
+    baseline_tps: float
+    candidate_tps: float | None
+    ratio: float | None
+    ratio_lo: float | None
+    ratio_hi: float | None
+    #: None when no threshold binds this row (objective mode without a per-context floor)
+    threshold: float | None
+    result: RowResult
+    n_completed: int
+    n_planned: int
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return str(self.context) if self.concurrency == 1 else f"{self.context} x{self.concurrency}"
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the one-at-a-time ratio crosses 1.0, by log-linear interpolation in context."""
+
+    context: float | None
+    #: within the measured range; below/above it (extrapolating the trend); or none
+    position: CrossoverPosition
+
+    def describe(self) -> str:
+        if self.position == "within" and self.context is not None:
+            return f"~{self.context:,.0f} tokens"
+        if self.position == "below":
+            return "below the measured range"
+        if self.position == "above":
+            return "above the measured range"
+        return "none"
+
+
+@dataclass(frozen=True)
+class ObjectiveResult:
+    value: float
+    lo: float
+    hi: float
+    min_ratio: float
+    result: RowResult
+    weights: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge's answer; ``reason`` names the deciding bucket(s)."""
+
+    verdict: Overall
+    reason: str
+    rows: tuple[Row, ...]
+    crossover: Crossover
+    objective: ObjectiveResult | None = None
+    correctness: CorrectnessResult | None = None
+    #: (context, concurrency) buckets whose interval straddles their threshold
+    unclear: tuple[tuple[int, int], ...] = ()
+    timings: tuple[tuple[str, float], ...] = ()
+    method: str = (
+        f"ratio of medians; {INTERVAL_LEVEL:.0%} bootstrap interval, "
+        f"{BOOTSTRAP_ROUNDS} resamples, seed {BOOTSTRAP_SEED}"
+    )
+
+    def with_timings(self, *extra: tuple[str, float]) -> Verdict:
+        """A copy with more (name, seconds) timings, e.g. the health phases."""
+        return replace(self, timings=self.timings + tuple(extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict."""
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "rows": [r.__dict__.copy() for r in self.rows],
+            "crossover": self.crossover.__dict__.copy(),
+            "objective": None
+            if self.objective is None
+            else {**self.objective.__dict__, "weights": [list(w) for w in self.objective.weights]},
+            "correctness": None if self.correctness is None else self.correctness.to_dict(),
+            "unclear": [list(b) for b in self.unclear],
+            "timings": [[k, v] for k, v in self.timings],
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """Inverse of :meth:`to_dict`."""
+        obj = d.get("objective")
+        corr = d.get("correctness")
+        return cls(
+            verdict=d["verdict"],
+            reason=d["reason"],
+            rows=tuple(Row(**r) for r in d["rows"]),
+            crossover=Crossover(**d["crossover"]),
+            objective=None
+            if obj is None
+            else ObjectiveResult(**{**obj, "weights": tuple(tuple(w) for w in obj["weights"])}),
+            correctness=None if corr is None else CorrectnessResult.from_dict(corr),
+            unclear=tuple((int(c), int(k)) for c, k in d.get("unclear", ())),
+            timings=tuple((str(k), float(v)) for k, v in d.get("timings", ())),
+            method=d.get("method", ""),
+        )
+
+
+# --------------------------------------------------------------------------- maths
+
+
+def _classify(lo: float, hi: float, threshold: float) -> RowResult:
+    if lo >= threshold:
+        return "PASS"
+    if hi < threshold:
+        return "FAIL"
+    return "UNCLEAR"
+
+
+def _percentile(sorted_xs: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an already sorted list, q in [0, 1]."""
+    pos = q * (len(sorted_xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+@dataclass
+class _Boot:
+    """Bootstrap draws of the ratio per bucket (same rounds across buckets)."""
+
+    draws: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+
+
+def _bootstrap(pairs: dict[tuple[int, int], tuple[Summary, Summary]]) -> _Boot:
+    rng = random.Random(BOOTSTRAP_SEED)
+    boot = _Boot({b: [] for b in pairs})
+    for _ in range(BOOTSTRAP_ROUNDS):
+        for bucket, (base, cand) in pairs.items():
+            b = statistics.median(rng.choices(base.values, k=len(base.values)))
+            c = statistics.median(rng.choices(cand.values, k=len(cand.values)))
+            boot.draws[bucket].append(c / b)
+    return boot
+
+
+def _interval(draws: list[float]) -> tuple[float, float]:
+    xs = sorted(draws)
+    tail = (1.0 - INTERVAL_LEVEL) / 2
+    return _percentile(xs, tail), _percentile(xs, 1.0 - tail)
+
+
+def crossover(points: list[tuple[int, float]]) -> Crossover:
+    """Where ``ratio`` crosses 1.0 over (context, ratio) points: linear in ratio against
+    log(context) between the first pair of neighbours that brackets 1.0. With no
+    bracketing pair the trend between the end points says on which side it would lie."""
+    pts = sorted(points)
+    if len(pts) < 2:
+        if pts and pts[0][1] == 1.0:
+            return Crossover(float(pts[0][0]), "within")
+        return Crossover(None, "none")
+    for (c1, r1), (c2, r2) in zip(pts, pts[1:]):
+        if r1 == 1.0:
+            return Crossover(float(c1), "within")
+        if (r1 - 1.0) * (r2 - 1.0) < 0:
+            t = (1.0 - r1) / (r2 - r1)
+            x = math.log(c1) + t * (math.log(c2) - math.log(c1))
+            return Crossover(math.exp(x), "within")
+    if pts[-1][1] == 1.0:
+        return Crossover(float(pts[-1][0]), "within")
+    first, last = pts[0][1], pts[-1][1]
+    if first == last:
+        return Crossover(None, "none")
+    rising = last > first
+    above_one = first > 1.0
+    # a rising ratio that is already above 1 crossed it at a shorter context
+    return Crossover(None, "below" if rising == above_one else "above")
+
+
+# --------------------------------------------------------------------------- judge
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def judge(
+    baseline: Measurement,
+    candidate: Measurement,
+    policy: PolicySpec,
+    correctness: CorrectnessResult | None,
+) -> Verdict:
+    """Judge ``candidate`` against ``baseline`` under ``policy`` (see the module doc)."""
+    floors = dict(policy.min_ratio_per_context)
+    pairs: dict[tuple[int, int], tuple[Summary, Summary]] = {}
+    rows_in: list[tuple[Summary, Summary | None]] = []
+    for base in baseline.summaries:
+        if base.n_completed == 0 or base.median is None:
+            raise GateError(
+                f"baseline measurement has no completed request at context {base.context}",
+                hint="measure the baseline again (kctl bench BASELINE_PROFILE)",
+            )
+        cand = candidate.summary(base.context, base.concurrency)
+        rows_in.append((base, cand))
+        if cand is not None and cand.n_completed > 0:
+            pairs[base.bucket] = (base, cand)
+    if not rows_in:
+        raise GateError("baseline measurement has no summaries to compare with")
+    boot = _bootstrap(pairs)
+
+    rows: list[Row] = []
+    for base, cand in rows_in:
+        n_done = cand.n_completed if cand else 0
+        n_planned = (cand.n_completed + cand.n_failed) if cand else 0
+        if policy.objective is not None:
+            threshold = floors.get(base.context)
+        else:
+            threshold = policy.threshold(base.context)
+        assert base.median is not None
+        if cand is None or cand.median is None:
+            rows.append(
+                Row(base.context, base.concurrency, base.median, None, None, None, None,
+                    threshold, "FAIL", n_done, n_planned, "no request completed")
+            )  # fmt: skip
+            continue
+        ratio = cand.median / base.median
+        lo, hi = _interval(boot.draws[base.bucket])
+        result: RowResult = "INFO" if threshold is None else _classify(lo, hi, threshold)
+        note = ""
+        if n_planned and n_done / n_planned < policy.min_completed_fraction:
+            result, note = "FAIL", f"only {n_done} of {n_planned} requests completed"
+        rows.append(
+            Row(base.context, base.concurrency, base.median, cand.median, ratio, lo, hi,
+                threshold, result, n_done, n_planned, note)
+        )  # fmt: skip
+
+    objective = _objective(policy, rows, boot)
+    xover = crossover([(r.context, r.ratio) for r in rows if r.concurrency == 1 and r.ratio])
+    unclear = tuple((r.context, r.concurrency) for r in rows if r.result == "UNCLEAR")
+    if objective is not None and objective.result == "UNCLEAR":
+        weighted = {c for c, _ in objective.weights}
+        unclear += tuple(
+            (r.context, 1)
+            for r in rows
+            if r.concurrency == 1 and r.context in weighted and (r.context, 1) not in unclear
+        )
+    verdict, reason = _overall(rows, objective, correctness, unclear)
+    return Verdict(
+        verdict=verdict,
+        reason=reason,
+        rows=tuple(rows),
+        crossover=xover,
+        objective=objective,
+        correctness=correctness,
+        unclear=unclear if verdict == "INCONCLUSIVE" else (),
+        timings=candidate.timings,
+    )
+
+
+def _objective(policy: PolicySpec, rows: list[Row], boot: _Boot) -> ObjectiveResult | None:
+    spec = policy.objective
+    if spec is None:
+        return None
+    by_ctx = {r.context: r for r in rows if r.concurrency == 1}
+    missing = [c for c, _ in spec.weights if c not in by_ctx]
+    if missing:
+        raise GateError(
+            f"objective weights name context(s) {missing} that the gate does not measure",
+            hint="list every weighted context in gate.contexts",
+        )
+    total = sum(w for _, w in spec.weights)
+    if any(by_ctx[c].ratio is None for c, _ in spec.weights):
+        nan = float("nan")
+        return ObjectiveResult(nan, nan, nan, spec.min_ratio, "FAIL", spec.weights)
+    value = sum(w * (by_ctx[c].ratio or 0.0) for c, w in spec.weights) / total
+    draws = [
+        sum(w * boot.draws[(c, 1)][i] for c, w in spec.weights) / total
+        for i in range(BOOTSTRAP_ROUNDS)
+    ]
+    lo, hi = _interval(draws)
+    return ObjectiveResult(value, lo, hi, spec.min_ratio, _classify(lo, hi, spec.min_ratio),
+                           spec.weights)  # fmt: skip
+
+
+def _overall(
+    rows: list[Row],
+    objective: ObjectiveResult | None,
+    correctness: CorrectnessResult | None,
+    unclear: tuple[tuple[int, int], ...],
+) -> tuple[Overall, str]:
+    if correctness is not None and not correctness.passed:
+        shown = "; ".join(m.describe() for m in correctness.mismatches[:3])
+        return "FAIL", (
+            f"correctness: {len(correctness.mismatches)} of {correctness.checked} probe(s) differ "
+            f"from the baseline (allowed {correctness.allowed}): {shown}"
+        )
+    short = [r for r in rows if r.note]
+    if short:
+        return "FAIL", "too few requests completed: " + "; ".join(
+            f"{r.label}: {r.note}" for r in short
+        )
+    failed = [r for r in rows if r.result == "FAIL"]
+    if failed:
+        return "FAIL", "below threshold: " + "; ".join(
+            f"{r.label}: ratio {_fmt(r.ratio or 0.0)} (interval {_fmt(r.ratio_lo or 0.0)}-"
+            f"{_fmt(r.ratio_hi or 0.0)}) < {_fmt(r.threshold or 0.0)}"
+            for r in failed
+        )
+    if objective is not None and objective.result == "FAIL":
+        return "FAIL", (
+            f"weighted objective {_fmt(objective.value)} (interval {_fmt(objective.lo)}-"
+            f"{_fmt(objective.hi)}) < {_fmt(objective.min_ratio)}"
+        )
+    if unclear:
+        parts = [
+            f"{r.label}: ratio {_fmt(r.ratio or 0.0)} (interval {_fmt(r.ratio_lo or 0.0)}-"
+            f"{_fmt(r.ratio_hi or 0.0)}) straddles {_fmt(r.threshold or 0.0)}"
+            for r in rows
+            if r.result == "UNCLEAR"
+        ]
+        if objective is not None and objective.result == "UNCLEAR":
+            parts.append(
+                f"weighted objective {_fmt(objective.value)} (interval {_fmt(objective.lo)}-"
+                f"{_fmt(objective.hi)}) straddles {_fmt(objective.min_ratio)}"
+            )
+        return "INCONCLUSIVE", "too noisy to decide: " + "; ".join(parts)
+    if objective is not None:
+        return "PASS", (
+            f"weighted objective {_fmt(objective.value)} >= {_fmt(objective.min_ratio)}"
+            + _weakest(rows)
+        )
+    return "PASS", "every context at or above its threshold" + _weakest(rows)
+
+
+def _weakest(rows: list[Row]) -> str:
+    rated = [r for r in rows if r.ratio is not None]
+    if not rated:
+        return ""
+    worst = min(rated, key=lambda r: r.ratio or 0.0)
+    return f" (lowest ratio {_fmt(worst.ratio or 0.0)} at {worst.label})"
