@@ -1,0 +1,462 @@
+"""The :class:`Store`: kctl's durable memory in ``<state_dir>/kctl.db``.
+
+Every public write is one SQLite transaction: it happens whole or not at all, also when
+kctl is killed half-way. Callers that must change several things together (promote:
+status + serving pointer + known-good + end of the journal transaction) wrap the calls
+in :meth:`Store.transaction`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kctl.errors import StoreError, UsageError
+from kctl.runtime.base import Instance
+from kctl.store import connection, schema
+from kctl.store.journal import JournalMixin
+from kctl.store.records import (
+    TERMINAL_STATUSES,
+    Clock,
+    Deployment,
+    DeploymentKind,
+    DeploymentStatus,
+    iso_utc,
+    new_deployment_id,
+)
+
+if TYPE_CHECKING:
+    from kctl.profile.model import Profile
+
+#: fields update_deployment accepts; ``timings`` is merged, the others replaced
+UPDATABLE = frozenset(
+    {
+        "status",
+        "verdict",
+        "reason",
+        "exit_code",
+        "runtime",
+        "instance",
+        "parent_id",
+        "baseline_id",
+        "timings",
+    }
+)
+
+
+def to_json(value: Any) -> str:
+    """Stable JSON for a column; raises TypeError before anything is written."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _profile_record(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any]
+    if is_dataclass(profile) and not isinstance(profile, type):
+        data = asdict(profile)
+    else:
+        data = dict(profile)  # type: ignore[arg-type]
+    missing = [k for k in ("name", "source", "content_hash") if k not in data]
+    if missing:
+        raise ValueError(f"a profile record needs {', '.join(missing)}")
+    # through JSON once so tuples become lists, as they will be when read back
+    loaded: dict[str, Any] = json.loads(to_json(data))
+    return loaded
+
+
+def _instance_record(value: Instance | Mapping[str, Any] | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Instance):
+        return to_json(asdict(value))
+    return to_json(dict(value))
+
+
+def _deployment(row: sqlite3.Row) -> Deployment:
+    return Deployment(
+        id=row["id"],
+        kind=row["kind"],
+        profile_name=row["profile_name"],
+        profile_path=row["profile_path"],
+        profile_hash=row["profile_hash"],
+        profile=json.loads(row["profile_json"]),
+        status=row["status"],
+        started_at=row["started_at"],
+        started_ts=row["started_ts"],
+        verdict=row["verdict"],
+        reason=row["reason"],
+        exit_code=row["exit_code"],
+        runtime=row["runtime"],
+        instance=None if row["instance_json"] is None else json.loads(row["instance_json"]),
+        parent_id=row["parent_id"],
+        baseline_id=row["baseline_id"],
+        ended_at=row["ended_at"],
+        ended_ts=row["ended_ts"],
+        timings=json.loads(row["timings_json"]),
+    )
+
+
+class Store(JournalMixin):
+    """Deployments, measurements, gate results, the serving and known-good pointers,
+    and the deploy journal. Open with :meth:`Store.open`; close when done (or use it as
+    a context manager)."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, path: Path, *, clock: Clock, read_only: bool
+    ) -> None:
+        self._conn = conn
+        self.path = path
+        self.clock = clock
+        self.read_only = read_only
+        self._depth = 0
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        clock: Clock = time.time,
+    ) -> Store:
+        """Open ``<state_dir>/kctl.db``.
+
+        Writable (default): creates the directory and the store if missing, migrates an
+        older schema (after copying the file to ``kctl.db.schema-N.bak``).
+        ``read_only=True`` (``status``, ``history``): creates nothing; a missing store reads
+        as empty; every write raises StoreError.
+
+        Raises StoreCorrupt for a damaged or foreign file, StoreError for a newer schema
+        or an unwritable directory; a refused file is never modified.
+        """
+        state_dir = Path(state_dir)
+        if read_only:
+            conn = connection.open_read_only(state_dir)
+        else:
+            conn = connection.open_writable(state_dir)
+        return cls(conn, state_dir / connection.DB_NAME, clock=clock, read_only=read_only)
+
+    def close(self) -> None:
+        """Close the connection; the store is unusable afterwards."""
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions ---------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make every store write inside the block one atomic change. Nested blocks are
+        savepoints: an exception leaving an inner block undoes only that block."""
+        if self.read_only:
+            raise StoreError(
+                f"{self.path}: opened read-only; this command cannot change state",
+                hint="this is a kctl bug; please report it",
+            )
+        if self._depth:
+            name = f"kctl_{self._depth}"
+            self._conn.execute(f"SAVEPOINT {name}")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                raise
+            else:
+                self._conn.execute(f"RELEASE {name}")
+            finally:
+                self._depth -= 1
+            return
+        self._sql("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._depth = 0
+            self._conn.execute("ROLLBACK")
+            raise
+        try:
+            self._sql("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._depth = 0
+
+    def _sql(self, statement: str) -> None:
+        try:
+            self._conn.execute(statement)
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"{self.path}: cannot write the state store ({exc})",
+                hint="another kctl may hold it busy; try again",
+            ) from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        """True inside :meth:`transaction` (its writes are not committed yet)."""
+        return self._depth > 0
+
+    def _now(self) -> tuple[str, float]:
+        ts = float(self.clock())
+        return iso_utc(ts), ts
+
+    # -- deployments ----------------------------------------------------------------
+
+    def new_deployment(
+        self,
+        kind: DeploymentKind,
+        profile: Profile | Mapping[str, Any],
+        *,
+        runtime: str = "",
+        parent_id: str | None = None,
+        baseline_id: str | None = None,
+        status: DeploymentStatus = "planned",
+        deployment_id: str | None = None,
+    ) -> Deployment:
+        """Record a new deployment and return it. ``profile`` is the resolved
+        :class:`Profile` or its stored dict form (``Deployment.profile`` of an earlier
+        deployment, for a rollback). The id is ``d-YYYYmmdd-HHMMSS-xxxx`` unless given."""
+        if kind not in schema.DEPLOYMENT_KINDS:
+            raise ValueError(f"unknown deployment kind {kind!r}")
+        if status not in schema.DEPLOYMENT_STATUSES:
+            raise ValueError(f"unknown deployment status {status!r}")
+        record = _profile_record(profile)
+        started_at, started_ts = self._now()
+        for _ in range(8):
+            did = deployment_id or new_deployment_id(started_ts)
+            try:
+                with self.transaction():
+                    self._conn.execute(
+                        """INSERT INTO deployments (id, kind, profile_name, profile_path,
+                        profile_hash, profile_json, status, runtime, parent_id, baseline_id,
+                        started_at, started_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
+                        (
+                            did,
+                            kind,
+                            str(record["name"]),
+                            str(record["source"]),
+                            str(record["content_hash"]),
+                            to_json(record),
+                            status,
+                            runtime,
+                            parent_id,
+                            baseline_id,
+                            started_at,
+                            started_ts,
+                        ),
+                    )
+            except sqlite3.IntegrityError:
+                if deployment_id is not None:
+                    raise
+                continue  # the random suffix collided within the same second
+            return self.get_deployment(did)
+        raise StoreError("could not allocate a unique deployment id")
+
+    def update_deployment(self, deployment_id: str, **fields: Any) -> Deployment:
+        """Change the named fields of a deployment and return it. Accepts status, verdict,
+        reason, exit_code, runtime, instance (Instance or dict), parent_id, baseline_id and
+        timings (merged into the recorded timings). Setting a terminal status stamps
+        ``ended_at`` once."""
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"update_deployment: unknown field(s) {', '.join(sorted(unknown))}")
+        if "status" in fields and fields["status"] not in schema.DEPLOYMENT_STATUSES:
+            raise ValueError(f"unknown deployment status {fields['status']!r}")
+        with self.transaction():
+            current = self.get_deployment(deployment_id)
+            columns: dict[str, Any] = {}
+            for name, value in fields.items():
+                if name == "instance":
+                    columns["instance_json"] = _instance_record(value)
+                elif name == "timings":
+                    columns["timings_json"] = to_json({**current.timings, **dict(value)})
+                else:
+                    columns[name] = value
+            if fields.get("status") in TERMINAL_STATUSES and current.ended_ts is None:
+                columns["ended_at"], columns["ended_ts"] = self._now()
+            if columns:
+                assignments = ", ".join(f"{c} = ?" for c in columns)
+                self._conn.execute(
+                    f"UPDATE deployments SET {assignments} WHERE id = ?",
+                    (*columns.values(), current.id),
+                )
+            return self.get_deployment(current.id)
+
+    def get_deployment(self, deployment_id: str) -> Deployment:
+        """The deployment with this id, or with this unique id prefix. Raises UsageError
+        naming the id when there is none."""
+        row = self._conn.execute(
+            "SELECT * FROM deployments WHERE id = ?", (deployment_id,)
+        ).fetchone()
+        if row is None and deployment_id:
+            escaped = deployment_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            rows = self._conn.execute(
+                "SELECT * FROM deployments WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                (escaped + "%",),
+            ).fetchall()
+            if len(rows) > 1:
+                raise UsageError(
+                    f"deployment id {deployment_id!r} is ambiguous; see `kctl history`"
+                )
+            row = rows[0] if rows else None
+        if row is None:
+            raise UsageError(f"no deployment {deployment_id}; see `kctl history`")
+        return _deployment(row)
+
+    def list_deployments(
+        self, limit: int = 20, offset: int = 0, kinds: Iterable[DeploymentKind] | None = None
+    ) -> list[Deployment]:
+        """Deployments, newest first."""
+        where, params = "", []
+        if kinds is not None:
+            wanted = list(kinds)
+            where = f"WHERE kind IN ({', '.join('?' for _ in wanted)})"
+            params = wanted
+        rows = self._conn.execute(
+            f"SELECT * FROM deployments {where} ORDER BY started_ts DESC, rowid DESC "
+            "LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        ).fetchall()
+        return [_deployment(r) for r in rows]
+
+    # -- pointers -------------------------------------------------------------------
+
+    def set_serving(self, deployment_id: str | None) -> None:
+        """Record which deployment serves now; None when nothing kctl started serves."""
+        with self.transaction():
+            did = None if deployment_id is None else self.get_deployment(deployment_id).id
+            at, ts = self._now()
+            self._conn.execute(
+                """INSERT INTO pointers (name, deployment_id, updated_at, updated_ts)
+                VALUES ('serving', ?, ?, ?) ON CONFLICT (name) DO UPDATE SET
+                deployment_id = excluded.deployment_id, updated_at = excluded.updated_at,
+                updated_ts = excluded.updated_ts""",
+                (did, at, ts),
+            )
+
+    def serving(self) -> Deployment | None:
+        """The deployment recorded as serving (not reconciled with the runtime)."""
+        row = self._conn.execute(
+            "SELECT deployment_id FROM pointers WHERE name = 'serving'"
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return self.get_deployment(row[0])
+
+    def set_known_good(self, profile_hash: str, deployment_id: str) -> None:
+        """Record ``deployment_id`` as the verified known-good deployment of the baseline
+        profile with this content hash."""
+        with self.transaction():
+            did = self.get_deployment(deployment_id).id
+            at, ts = self._now()
+            self._conn.execute(
+                """INSERT INTO known_good (profile_hash, deployment_id, updated_at, updated_ts)
+                VALUES (?, ?, ?, ?) ON CONFLICT (profile_hash) DO UPDATE SET
+                deployment_id = excluded.deployment_id, updated_at = excluded.updated_at,
+                updated_ts = excluded.updated_ts""",
+                (profile_hash, did, at, ts),
+            )
+
+    def known_good(self, profile_hash: str) -> Deployment | None:
+        """The known-good deployment for this baseline profile hash, if any."""
+        row = self._conn.execute(
+            "SELECT deployment_id FROM known_good WHERE profile_hash = ?", (profile_hash,)
+        ).fetchone()
+        return None if row is None else self.get_deployment(row[0])
+
+    def last_known_good(self) -> Deployment | None:
+        """The known-good deployment recorded most recently, over all baseline profiles."""
+        row = self._conn.execute(
+            "SELECT deployment_id FROM known_good ORDER BY updated_ts DESC, rowid DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else self.get_deployment(row[0])
+
+    # -- measurements and gate results ----------------------------------------------
+
+    def save_measurement(
+        self,
+        *,
+        deployment_id: str | None,
+        profile_hash: str,
+        fingerprint: str,
+        data: Mapping[str, Any],
+    ) -> int:
+        """Store one gate measurement (``Measurement.to_dict()``) of the profile with this
+        hash under this workload/host fingerprint; returns its id."""
+        payload = to_json(dict(data))
+        with self.transaction():
+            if deployment_id is not None:
+                deployment_id = self.get_deployment(deployment_id).id
+            at, ts = self._now()
+            cur = self._conn.execute(
+                """INSERT INTO measurements (deployment_id, profile_hash, fingerprint,
+                created_at, created_ts, data_json) VALUES (?, ?, ?, ?, ?, ?)""",
+                (deployment_id, profile_hash, fingerprint, at, ts, payload),
+            )
+            return int(cur.lastrowid or 0)
+
+    def latest_measurement(
+        self,
+        profile_hash: str,
+        fingerprint: str,
+        max_age_s: float,
+        now: float | None = None,
+    ) -> tuple[dict[str, Any], float] | None:
+        """The newest measurement of (profile hash, fingerprint) at most ``max_age_s``
+        old at ``now`` (default: the store's clock), as ``(data, created_ts)`` with
+        ``created_ts`` in epoch seconds; None when there is none that fresh."""
+        now = float(self.clock()) if now is None else now
+        row = self._conn.execute(
+            """SELECT data_json, created_ts FROM measurements
+            WHERE profile_hash = ? AND fingerprint = ? AND created_ts >= ?
+            ORDER BY created_ts DESC, id DESC LIMIT 1""",
+            (profile_hash, fingerprint, now - max_age_s),
+        ).fetchone()
+        if row is None:
+            return None
+        return json.loads(row["data_json"]), float(row["created_ts"])
+
+    def save_gate_result(self, deployment_id: str, data: Mapping[str, Any]) -> int:
+        """Store the gate's result (summary, verdict, reason) for a deployment."""
+        payload = to_json(dict(data))
+        with self.transaction():
+            did = self.get_deployment(deployment_id).id
+            at, ts = self._now()
+            cur = self._conn.execute(
+                """INSERT INTO gate_results (deployment_id, created_at, created_ts, data_json)
+                VALUES (?, ?, ?, ?)""",
+                (did, at, ts, payload),
+            )
+            return int(cur.lastrowid or 0)
+
+    def gate_result(self, deployment_id: str) -> dict[str, Any] | None:
+        """The latest gate result stored for this deployment."""
+        did = self.get_deployment(deployment_id).id
+        row = self._conn.execute(
+            "SELECT data_json FROM gate_results WHERE deployment_id = ? "
+            "ORDER BY created_ts DESC, id DESC LIMIT 1",
+            (did,),
+        ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def last_gate_result(self) -> tuple[Deployment, dict[str, Any]] | None:
+        """The most recent gate result of any deployment, with its deployment."""
+        row = self._conn.execute(
+            "SELECT deployment_id, data_json FROM gate_results "
+            "ORDER BY created_ts DESC, id DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        return self.get_deployment(row[0]), json.loads(row[1])
