@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kctl.profile.model import RuntimeSpec
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -28,6 +30,9 @@ class LaunchSpec:
     image: str | None = None
     #: free-form labels a runtime attaches (docker labels); kctl owns what carries them
     labels: tuple[tuple[str, str], ...] = ()
+    #: the profile's runtime section (GPUs, shm size, volumes): the docker runtime builds
+    #: the container from it; None = RuntimeSpec() defaults. Ignored by the local runtime.
+    runtime: RuntimeSpec | None = None
 
 
 @dataclass(frozen=True)
