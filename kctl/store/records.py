@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kctl.runtime.base import Instance
+
+if TYPE_CHECKING:
+    from kctl.profile.model import Profile
 
 DeploymentKind = Literal["deploy", "rollback", "bench", "baseline"]
 DeploymentStatus = Literal[
@@ -132,3 +137,54 @@ class OpenTransaction:
     @property
     def last_step(self) -> JournalStep | None:
         return self.steps[-1] if self.steps else None
+
+
+def to_json(value: Any) -> str:
+    """Stable JSON for a column; raises TypeError before anything is written."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def profile_record(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any]
+    if is_dataclass(profile) and not isinstance(profile, type):
+        data = asdict(profile)
+    else:
+        data = dict(profile)  # type: ignore[arg-type]
+    missing = [k for k in ("name", "source", "content_hash") if k not in data]
+    if missing:
+        raise ValueError(f"a profile record needs {', '.join(missing)}")
+    # through JSON once so tuples become lists, as they will be when read back
+    loaded: dict[str, Any] = json.loads(to_json(data))
+    return loaded
+
+
+def instance_record(value: Instance | Mapping[str, Any] | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Instance):
+        return to_json(asdict(value))
+    return to_json(dict(value))
+
+
+def deployment_from_row(row: sqlite3.Row) -> Deployment:
+    return Deployment(
+        id=row["id"],
+        kind=row["kind"],
+        profile_name=row["profile_name"],
+        profile_path=row["profile_path"],
+        profile_hash=row["profile_hash"],
+        profile=json.loads(row["profile_json"]),
+        status=row["status"],
+        started_at=row["started_at"],
+        started_ts=row["started_ts"],
+        verdict=row["verdict"],
+        reason=row["reason"],
+        exit_code=row["exit_code"],
+        runtime=row["runtime"],
+        instance=None if row["instance_json"] is None else json.loads(row["instance_json"]),
+        parent_id=row["parent_id"],
+        baseline_id=row["baseline_id"],
+        ended_at=row["ended_at"],
+        ended_ts=row["ended_ts"],
+        timings=json.loads(row["timings_json"]),
+    )

@@ -8,18 +8,15 @@ in :meth:`Store.transaction`.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import StoreError, UsageError
-from kctl.runtime.base import Instance
 from kctl.store import connection, schema
 from kctl.store.journal import JournalMixin
 from kctl.store.records import (
@@ -28,9 +25,14 @@ from kctl.store.records import (
     Deployment,
     DeploymentKind,
     DeploymentStatus,
+    deployment_from_row,
+    instance_record,
     iso_utc,
     new_deployment_id,
+    profile_record,
+    to_json,
 )
+from kctl.store.results import ResultsMixin
 
 if TYPE_CHECKING:
     from kctl.profile.model import Profile
@@ -51,58 +53,7 @@ UPDATABLE = frozenset(
 )
 
 
-def to_json(value: Any) -> str:
-    """Stable JSON for a column; raises TypeError before anything is written."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _profile_record(profile: Profile | Mapping[str, Any]) -> dict[str, Any]:
-    data: dict[str, Any]
-    if is_dataclass(profile) and not isinstance(profile, type):
-        data = asdict(profile)
-    else:
-        data = dict(profile)  # type: ignore[arg-type]
-    missing = [k for k in ("name", "source", "content_hash") if k not in data]
-    if missing:
-        raise ValueError(f"a profile record needs {', '.join(missing)}")
-    # through JSON once so tuples become lists, as they will be when read back
-    loaded: dict[str, Any] = json.loads(to_json(data))
-    return loaded
-
-
-def _instance_record(value: Instance | Mapping[str, Any] | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, Instance):
-        return to_json(asdict(value))
-    return to_json(dict(value))
-
-
-def _deployment(row: sqlite3.Row) -> Deployment:
-    return Deployment(
-        id=row["id"],
-        kind=row["kind"],
-        profile_name=row["profile_name"],
-        profile_path=row["profile_path"],
-        profile_hash=row["profile_hash"],
-        profile=json.loads(row["profile_json"]),
-        status=row["status"],
-        started_at=row["started_at"],
-        started_ts=row["started_ts"],
-        verdict=row["verdict"],
-        reason=row["reason"],
-        exit_code=row["exit_code"],
-        runtime=row["runtime"],
-        instance=None if row["instance_json"] is None else json.loads(row["instance_json"]),
-        parent_id=row["parent_id"],
-        baseline_id=row["baseline_id"],
-        ended_at=row["ended_at"],
-        ended_ts=row["ended_ts"],
-        timings=json.loads(row["timings_json"]),
-    )
-
-
-class Store(JournalMixin):
+class Store(JournalMixin, ResultsMixin):
     """Deployments, measurements, gate results, the serving and known-good pointers,
     and the deploy journal. Open with :meth:`Store.open`; close when done (or use it as
     a context manager)."""
@@ -183,7 +134,9 @@ class Store(JournalMixin):
             yield
         except BaseException:
             self._depth = 0
-            self._conn.execute("ROLLBACK")
+            # some errors (disk full, I/O) make SQLite roll back by itself
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
         try:
             self._sql("COMMIT")
@@ -232,7 +185,7 @@ class Store(JournalMixin):
             raise ValueError(f"unknown deployment kind {kind!r}")
         if status not in schema.DEPLOYMENT_STATUSES:
             raise ValueError(f"unknown deployment status {status!r}")
-        record = _profile_record(profile)
+        record = profile_record(profile)
         started_at, started_ts = self._now()
         for _ in range(8):
             did = deployment_id or new_deployment_id(started_ts)
@@ -279,7 +232,7 @@ class Store(JournalMixin):
             columns: dict[str, Any] = {}
             for name, value in fields.items():
                 if name == "instance":
-                    columns["instance_json"] = _instance_record(value)
+                    columns["instance_json"] = instance_record(value)
                 elif name == "timings":
                     columns["timings_json"] = to_json({**current.timings, **dict(value)})
                 else:
@@ -313,7 +266,7 @@ class Store(JournalMixin):
             row = rows[0] if rows else None
         if row is None:
             raise UsageError(f"no deployment {deployment_id}; see `kctl history`")
-        return _deployment(row)
+        return deployment_from_row(row)
 
     def list_deployments(
         self, limit: int = 20, offset: int = 0, kinds: Iterable[DeploymentKind] | None = None
@@ -329,7 +282,7 @@ class Store(JournalMixin):
             "LIMIT ? OFFSET ?",
             (*params, limit, offset),
         ).fetchall()
-        return [_deployment(r) for r in rows]
+        return [deployment_from_row(r) for r in rows]
 
     # -- pointers -------------------------------------------------------------------
 
@@ -382,81 +335,3 @@ class Store(JournalMixin):
             "SELECT deployment_id FROM known_good ORDER BY updated_ts DESC, rowid DESC LIMIT 1"
         ).fetchone()
         return None if row is None else self.get_deployment(row[0])
-
-    # -- measurements and gate results ----------------------------------------------
-
-    def save_measurement(
-        self,
-        *,
-        deployment_id: str | None,
-        profile_hash: str,
-        fingerprint: str,
-        data: Mapping[str, Any],
-    ) -> int:
-        """Store one gate measurement (``Measurement.to_dict()``) of the profile with this
-        hash under this workload/host fingerprint; returns its id."""
-        payload = to_json(dict(data))
-        with self.transaction():
-            if deployment_id is not None:
-                deployment_id = self.get_deployment(deployment_id).id
-            at, ts = self._now()
-            cur = self._conn.execute(
-                """INSERT INTO measurements (deployment_id, profile_hash, fingerprint,
-                created_at, created_ts, data_json) VALUES (?, ?, ?, ?, ?, ?)""",
-                (deployment_id, profile_hash, fingerprint, at, ts, payload),
-            )
-            return int(cur.lastrowid or 0)
-
-    def latest_measurement(
-        self,
-        profile_hash: str,
-        fingerprint: str,
-        max_age_s: float,
-        now: float | None = None,
-    ) -> tuple[dict[str, Any], float] | None:
-        """The newest measurement of (profile hash, fingerprint) at most ``max_age_s``
-        old at ``now`` (default: the store's clock), as ``(data, created_ts)`` with
-        ``created_ts`` in epoch seconds; None when there is none that fresh."""
-        now = float(self.clock()) if now is None else now
-        row = self._conn.execute(
-            """SELECT data_json, created_ts FROM measurements
-            WHERE profile_hash = ? AND fingerprint = ? AND created_ts >= ?
-            ORDER BY created_ts DESC, id DESC LIMIT 1""",
-            (profile_hash, fingerprint, now - max_age_s),
-        ).fetchone()
-        if row is None:
-            return None
-        return json.loads(row["data_json"]), float(row["created_ts"])
-
-    def save_gate_result(self, deployment_id: str, data: Mapping[str, Any]) -> int:
-        """Store the gate's result (summary, verdict, reason) for a deployment."""
-        payload = to_json(dict(data))
-        with self.transaction():
-            did = self.get_deployment(deployment_id).id
-            at, ts = self._now()
-            cur = self._conn.execute(
-                """INSERT INTO gate_results (deployment_id, created_at, created_ts, data_json)
-                VALUES (?, ?, ?, ?)""",
-                (did, at, ts, payload),
-            )
-            return int(cur.lastrowid or 0)
-
-    def gate_result(self, deployment_id: str) -> dict[str, Any] | None:
-        """The latest gate result stored for this deployment."""
-        did = self.get_deployment(deployment_id).id
-        row = self._conn.execute(
-            "SELECT data_json FROM gate_results WHERE deployment_id = ? "
-            "ORDER BY created_ts DESC, id DESC LIMIT 1",
-            (did,),
-        ).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def last_gate_result(self) -> tuple[Deployment, dict[str, Any]] | None:
-        """The most recent gate result of any deployment, with its deployment."""
-        row = self._conn.execute(
-            "SELECT deployment_id, data_json FROM gate_results "
-            "ORDER BY created_ts DESC, id DESC LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        return self.get_deployment(row[0]), json.loads(row[1])
