@@ -39,6 +39,15 @@ class GateProgress:
     elapsed_s: float
     last: Sample | None = None
 
+    def __str__(self) -> str:
+        where = f" {self.context}" if self.context is not None else ""
+        text = f"{self.phase}{where} {self.done}/{self.total} ({self.elapsed_s:.0f} s)"
+        if self.last is not None and self.last.error:
+            text += f" last failed: {self.last.error}"
+        elif self.last is not None and self.last.decode_tps is not None:
+            text += f" last {self.last.decode_tps:.1f} tok/s"
+        return text
+
 
 ProgressFn = Callable[[GateProgress], None]
 

@@ -323,9 +323,10 @@ def judge(
     baseline: Measurement,
     candidate: Measurement,
     policy: PolicySpec,
-    correctness: CorrectnessResult | None,
+    correctness: CorrectnessResult | None = None,
 ) -> Verdict:
-    """Judge ``candidate`` against ``baseline`` under ``policy`` (see the module doc)."""
+    """Judge ``candidate`` against ``baseline`` under ``policy`` (see the module doc).
+    ``correctness`` comes from :func:`check_correctness`; None means it was not checked."""
     floors = dict(policy.min_ratio_per_context)
     pairs: dict[tuple[int, int], tuple[Summary, Summary]] = {}
     rows_in: list[tuple[Summary, Summary | None]] = []
@@ -355,7 +356,8 @@ def judge(
         if cand is None or cand.median is None:
             rows.append(
                 Row(base.context, base.concurrency, base.median, None, None, None, None,
-                    threshold, "FAIL", n_done, n_planned, "no request completed")
+                    threshold, "FAIL", n_done, n_planned,
+                    f"only 0 of {n_planned} requests completed" if n_planned else "not measured")
             )  # fmt: skip
             continue
         ratio = cand.median / base.median

@@ -1,0 +1,59 @@
+"""The verdict table, compared by equality."""
+
+from __future__ import annotations
+
+from kctl.gate.measurement import Measurement, ProbeOutput
+from kctl.gate.report import render_table
+from kctl.gate.stats import Sample, summarize
+from kctl.gate.verdict import check_correctness, judge
+from kctl.profile.model import ObjectiveSpec, PolicySpec
+
+
+def meas(per_ctx: dict[int, list[float]], failed: int = 0) -> Measurement:
+    samples = [
+        Sample("measure", ctx, i, decode_tps=v)
+        for ctx, values in per_ctx.items()
+        for i, v in enumerate(values)
+    ]
+    samples += [Sample("measure", 4000, 10 + j, error="HTTP 500: x") for j in range(failed)]
+    probes = (ProbeOutput(0, (1, 2)),)
+    return Measurement("fp", tuple(samples), summarize(samples), probes, (("total", 12.5),))
+
+
+def test_table_for_a_failing_candidate() -> None:
+    base = meas({5700: [38.0] * 3, 23000: [6.7] * 3, 91000: [1.8] * 3})
+    cand = meas({5700: [35.2] * 3, 23000: [13.6] * 3, 91000: [3.6] * 3})
+    v = judge(base, cand, PolicySpec()).with_timings(("health", 4.0))
+    assert render_table(v) == (
+        "context        baseline tok/s   candidate tok/s    ratio      interval   threshold  result\n"
+        "------------  ---------------  ----------------  -------  ------------  ----------  --------\n"
+        "5700                    38.00             35.20     0.93     0.93-0.93        1.00  FAIL\n"
+        "23000                    6.70             13.60     2.03     2.03-2.03        1.00  PASS\n"
+        "91000                    1.80              3.60     2.00     2.00-2.00        1.00  PASS\n"
+        "\n"
+        "crossover (ratio = 1.0): ~6,256 tokens\n"
+        "objective: none (each context against its threshold)\n"
+        "verdict: FAIL: below threshold: 5700: ratio 0.93 (interval 0.93-0.93) < 1.00\n"
+        "timings: total 12.5s, health 4.0s\n"
+    )
+
+
+def test_table_with_objective_failures_and_correctness() -> None:
+    base = meas({1000: [10.0, 10.5, 9.5], 4000: [5.0]})
+    cand = meas({1000: [9.8, 10.6, 10.1], 4000: [7.0, 7.0]}, failed=1)
+    policy = PolicySpec(
+        objective=ObjectiveSpec(weights=((1000, 1.0), (4000, 1.0))), min_completed_fraction=0.5
+    )
+    v = judge(base, cand, policy, check_correctness(base, cand))
+    assert render_table(v) == (
+        "context        baseline tok/s   candidate tok/s    ratio      interval   threshold  result\n"
+        "------------  ---------------  ----------------  -------  ------------  ----------  --------\n"
+        "1000                    10.00             10.10     1.01     0.93-1.12           -  info\n"
+        "4000                     5.00              7.00     1.40     1.40-1.40           -  info (2/3 ok)\n"
+        "\n"
+        "crossover (ratio = 1.0): below the measured range\n"
+        "objective: 1.21 (interval 1.17-1.26) vs 1.00, weights 1000:1, 4000:1: PASS\n"
+        "correctness: 1 of 1 probes match the baseline (up to 0 may differ)\n"
+        "verdict: PASS: weighted objective 1.21 >= 1.00 (lowest ratio 1.01 at 1000)\n"
+        "timings: total 12.5s\n"
+    )
