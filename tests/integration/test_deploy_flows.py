@@ -1,0 +1,214 @@
+"""The deploy transaction end to end, with real processes and real HTTP."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.integration.conftest import Kctl, candidate_profile, serving_health
+
+pytestmark = pytest.mark.slow
+
+
+def test_first_deploy_measures_baseline_then_promotes(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    r = kctl.run("deploy", cand)
+    assert r.code == 0, r.err
+    assert "PROMOTED" in r.out
+    assert "23000" in r.out and "ratio" in r.out  # the gate table is printed
+    assert serving_health(kctl) == ("cand", "healthy")
+    hist = kctl.run("--json", "history").json()["result"]
+    kinds = [(h["kind"], h["profile"], h["status"]) for h in hist]
+    assert ("deploy", "cand", "promoted") in kinds
+    assert ("baseline", "base", "serving") in kinds or any(k[1] == "base" for k in kinds)
+    # the status shows the last gate table and the known-good baseline
+    st = kctl.run("status")
+    assert st.code == 0
+    assert "known-good" in st.out and "base" in st.out
+    assert "23000" in st.out
+
+
+def test_deploy_json_envelope(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    r = kctl.run("--json", "deploy", cand)
+    assert r.code == 0, r.err
+    env = r.json()
+    assert env["schema"] == "kctl.result/v1"
+    assert env["ok"] is True and env["exit_code"] == 0
+    assert env["result"]["outcome"] == "promoted"
+    rows = env["result"]["gate"]["verdict"]["rows"]
+    assert {row["context"] for row in rows} == {5700, 23000}
+
+
+def test_regression_reverts_to_verified_baseline(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port, KCTL_SIM_SLOWDOWN="4"))
+    r = kctl.run("deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert "REJECTED" in r.out and "FAIL" in r.out
+    assert "restored and verified" in r.err
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+@pytest.mark.parametrize(
+    ("fault", "phase_word"),
+    [
+        ("crash_at_start", "exit"),
+        ("crash_while_loading", ""),
+        ("fatal_log", "out of memory"),
+    ],
+)
+def test_unhealthy_candidate_reverts(kctl: Kctl, fault: str, phase_word: str) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port, KCTL_SIM_FAULT=fault))
+    t0 = time.monotonic()
+    r = kctl.run("deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert "health failed" in r.err
+    assert phase_word.lower() in r.err.lower()
+    # fail fast: well inside the 20 s health deadline of the profile
+    assert time.monotonic() - t0 < 40
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_never_ready_hits_the_deadline_and_reverts(kctl: Kctl) -> None:
+    prof = candidate_profile(kctl.port, KCTL_SIM_FAULT="never_ready")
+    prof["health"]["deadline_s"] = 4
+    cand = kctl.write("cand.yaml", prof)
+    r = kctl.run("deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert "deadline" in r.err.lower()
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_kernel_declined_fails_health(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port, KCTL_SIM_FAULT="kernel_declined"))
+    r = kctl.run("deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert "kdtree-verify: declined" in r.err
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_wrong_outputs_fail_the_correctness_gate(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port, KCTL_SIM_FAULT="wrong_output"))
+    r = kctl.run("deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert "correctness" in (r.out + r.err).lower()
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_inconclusive_reverts_by_default(kctl: Kctl) -> None:
+    # the candidate is the baseline's twin but noisy, against a threshold at its true ratio
+    prof = candidate_profile(kctl.port, KCTL_SIM_NOISE="0.6", KCTL_SIM_SEED="7")
+    prof["server"]["env"].pop("KDTREE_VERIFY")
+    prof["server"]["verify_kernel"] = "none"
+    prof["server"]["cuda_graphs"] = True
+    prof["gate"]["policy"]["min_ratio"] = 1.0
+    cand = kctl.write("cand.yaml", prof)
+    r = kctl.run("--json", "deploy", cand)
+    assert r.code == 3, r.out + r.err
+    assert r.json()["result"]["gate"]["verdict"]["verdict"] == "INCONCLUSIVE"
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_sigint_mid_gate_reverts(kctl: Kctl) -> None:
+    prof = candidate_profile(kctl.port)
+    prof["gate"]["output_tokens"] = 400  # a gate long enough to interrupt
+    prof["simulator"]["speedup"] = 20
+    cand = kctl.write("cand.yaml", prof)
+    proc = kctl.spawn("deploy", cand)
+    try:
+        kctl.wait_for_status("gating", timeout=90)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 3, out + err
+    assert "interrupted by SIGINT" in err
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_killed_mid_deploy_is_reported_and_rollback_recovers(kctl: Kctl) -> None:
+    prof = candidate_profile(kctl.port)
+    prof["gate"]["output_tokens"] = 400
+    prof["simulator"]["speedup"] = 20
+    cand = kctl.write("cand.yaml", prof)
+    proc = kctl.spawn("deploy", cand)
+    try:
+        kctl.wait_for_status("gating", timeout=90)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    st = kctl.run("status")
+    assert "was interrupted" in st.out and "kctl rollback" in st.out
+    lock = kctl.run("--json", "lock", "show").json()["result"]
+    assert lock is not None and lock["stale"] is True
+    r = kctl.run("rollback")
+    assert r.code == 0, r.out + r.err
+    assert serving_health(kctl) == ("base", "healthy")
+    st = kctl.run("status")
+    assert "was interrupted" not in st.out
+
+
+def test_lock_contention_is_refused(kctl: Kctl) -> None:
+    from kctl.lock import DeployLock
+
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    (kctl.state / "simulate").mkdir(parents=True)
+    with DeployLock(kctl.state / "simulate").acquire("deploy", None):
+        r = kctl.run("deploy", cand)
+    assert r.code == 5, r.out + r.err
+    assert "lock" in r.err.lower() and "held" in r.err.lower()
+
+
+def test_rollback_default_and_to(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    assert kctl.run("deploy", str(kctl.tmp / "base.yaml")).code == 0
+    r = kctl.run("--json", "deploy", cand)
+    assert r.code == 0, r.err
+    cand_id = r.json()["result"]["deployment_id"]
+    assert serving_health(kctl) == ("cand", "healthy")
+    r = kctl.run("rollback")
+    assert r.code == 0, r.err
+    assert serving_health(kctl) == ("base", "healthy")
+    r = kctl.run("rollback", "--to", cand_id)
+    assert r.code == 0, r.err
+    assert serving_health(kctl) == ("cand", "healthy")
+    r = kctl.run("rollback", "--to", "d-nope")
+    assert r.code == 2
+    assert "d-nope" in r.err
+
+
+def test_redeploying_the_serving_profile_is_a_no_op(kctl: Kctl) -> None:
+    base = str(kctl.tmp / "base.yaml")
+    assert kctl.run("deploy", base).code == 0
+    r = kctl.run("deploy", base)
+    assert r.code == 0
+    assert "ALREADY-SERVING" in r.out
+
+
+def test_corrupt_store_is_refused_and_left_alone(kctl: Kctl) -> None:
+    db = kctl.state / "simulate" / "kctl.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"this is not a database" * 100)
+    before = db.read_bytes()
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    for args in (("status",), ("deploy", cand), ("history",)):
+        r = kctl.run(*args)
+        assert r.code == 5, (args, r.out, r.err)
+        assert str(db) in r.err
+    assert db.read_bytes() == before
+
+
+def test_invalid_profile_exits_2_before_touching_anything(kctl: Kctl) -> None:
+    prof = candidate_profile(kctl.port)
+    prof["gate"]["contexts"] = [5700, "23k tokens"]
+    cand = kctl.write("cand.yaml", prof)
+    r = kctl.run("deploy", cand)
+    assert r.code == 2
+    assert "gate.contexts[1]" in r.err
+    assert not (kctl.state / "simulate" / "kctl.db").exists()
