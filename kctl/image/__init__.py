@@ -5,8 +5,15 @@ Importing this package imports neither docker nor jinja2; the functions that nee
 import them when called.
 """
 
-from kctl.image.build import BuildProgress, BuildResult, build_image, image_labels, log_path_for
-from kctl.image.context import BuildContext, ContextFile, build_context, write_tar
+from kctl.image.build import (
+    BuildProgress,
+    BuildResult,
+    build_image,
+    ensure_image,
+    image_labels,
+    log_path_for,
+)
+from kctl.image.context import BuildContext, ContextFile, build_context, plan_image, write_tar
 from kctl.image.dockerfile import render_dockerfile, torch_cuda_arch_list
 
 __all__ = [
@@ -16,8 +23,10 @@ __all__ = [
     "ContextFile",
     "build_context",
     "build_image",
+    "ensure_image",
     "image_labels",
     "log_path_for",
+    "plan_image",
     "render_dockerfile",
     "torch_cuda_arch_list",
     "write_tar",

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import BuildFailed
-from kctl.image.context import BuildContext, write_tar
+from kctl.image.context import BuildContext, build_context, write_tar
+from kctl.profile.model import Profile
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -177,3 +178,32 @@ def _lines(chunk: dict[str, Any]) -> list[str]:
     if "error" in chunk:
         text = str(chunk.get("error") or "")
     return [ln.rstrip() for ln in str(text).splitlines() if ln.strip()]
+
+
+def ensure_image(
+    profile: Profile,
+    *,
+    repo_root: Path,
+    state_dir: Path,
+    rebuild: bool = False,
+    progress: Callable[[str], None] | None = None,
+    client: DockerClient | None = None,
+) -> str:
+    """The serving image tag of ``profile``, built first when the engine lacks it (or
+    when ``rebuild``). ``progress`` receives one-line messages (step, elapsed) for a live
+    status line. What ``kctl build`` and the first step of ``kctl deploy`` call."""
+    ctx = build_context(profile, repo_root)
+
+    def report(event: BuildProgress) -> None:
+        if progress is not None:
+            progress(
+                f"build {ctx.tag}: {event.step} {event.instruction[:80]} ({event.elapsed_s:.0f} s)"
+            )
+
+    result = build_image(ctx, state_dir=state_dir, client=client, rebuild=rebuild, progress=report)
+    if progress is not None:
+        if result.built:
+            progress(f"built {result.tag} in {result.duration_s:.0f} s (log: {result.log_path})")
+        else:
+            progress(f"image {result.tag} is up to date; not rebuilt")
+    return result.tag

@@ -202,3 +202,18 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info
+
+
+def plan_image(profile: Profile, *, repo_root: Path) -> dict[str, object]:
+    """What ``kctl plan`` shows about the image: tag, base, Dockerfile text and context
+    files. Reads the source tree; needs no docker engine."""
+    ctx = build_context(profile, repo_root)
+    return {
+        "tag": ctx.tag,
+        "base": profile.image.base,
+        "cuda_archs": list(profile.image.cuda_archs),
+        "source_hash": ctx.source_hash,
+        "dockerfile": ctx.dockerfile,
+        "files": ctx.describe(),
+        "buildargs": dict(ctx.buildargs),
+    }

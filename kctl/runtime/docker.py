@@ -23,6 +23,7 @@ import math
 import re
 import socket
 from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import KctlError, PreflightFailed, RuntimeUnavailable
@@ -124,6 +125,11 @@ def run_spec(
     return spec
 
 
+def plan_run_spec(launch: LaunchSpec, profile: Profile) -> dict[str, Any]:
+    """What ``kctl plan`` shows: :func:`run_spec` with the profile's runtime section."""
+    return run_spec(launch, launch.runtime or profile.runtime)
+
+
 # -- engine access -----------------------------------------------------------------------
 
 
@@ -195,22 +201,30 @@ def _is_managed(container: Container) -> bool:
 class DockerRuntime:
     """Runs serving containers on the local docker engine (the Runtime protocol).
 
-    ``runtime`` is the profile's runtime section (GPUs, shm, volumes, stop timeout);
-    ``client`` an already connected docker client (tests), else one is made on first use.
+    A container's GPUs, shm size and volumes come from ``LaunchSpec.runtime`` (the
+    profile's runtime section), else from ``runtime`` given here (else the defaults).
+    ``client`` is an already connected docker client (tests); otherwise one is made on
+    first use. ``state_dir`` is accepted for symmetry with the local runtime; container
+    logs live in the engine.
     """
 
     name = "docker"
 
     def __init__(
-        self, runtime: RuntimeSpec | None = None, *, client: DockerClient | None = None
+        self,
+        state_dir: Path | None = None,
+        *,
+        runtime: RuntimeSpec | None = None,
+        client: DockerClient | None = None,
     ) -> None:
+        self.state_dir = state_dir
         self.spec = runtime or RuntimeSpec()
         self._client = client
 
     @classmethod
     def from_profile(cls, profile: Profile, *, client: DockerClient | None = None) -> DockerRuntime:
         """The runtime for ``profile`` (its ``runtime:`` section)."""
-        return cls(profile.runtime, client=client)
+        return cls(runtime=profile.runtime, client=client)
 
     @property
     def client(self) -> DockerClient:
@@ -240,7 +254,7 @@ class DockerRuntime:
     def start(self, spec: LaunchSpec) -> Instance:
         """Restart a stopped kctl container with the same spec hash (and the same image),
         else create and start a new one. Does not wait for health."""
-        wanted = run_spec(spec, self.spec)
+        wanted = run_spec(spec, spec.runtime or self.spec)
         wanted_hash = wanted["labels"][LABEL_SPEC_HASH]
         with engine_errors(f"start {wanted['name']}"):
             image_id = self.client.images.get(wanted["image"]).id
