@@ -1,0 +1,301 @@
+"""Load a profile file: YAML, ``extends:`` chains, ``baseline:``, validation, content hash.
+
+Rules (the user-facing version is ``docs/profiles.md``):
+
+* ``extends: <path>`` names a base profile relative to the extending file. Chains are
+  allowed; a cycle or a missing file is an error. Mappings deep-merge (so ``server.env``
+  merges by variable), everything else (lists, scalars) is replaced by the extending file.
+  ``name`` is never inherited: it defaults to the stem of the file given.
+* ``baseline: <path>`` names the known-good profile, relative to the file that declares
+  it. It is loaded and validated too; a baseline chain that leads back to a profile
+  already in the chain is refused.
+* Top-level keys starting with ``x-`` are ignored: they hold YAML anchors for reuse.
+* Every problem is collected and raised together as one :class:`ProfileError`, each line
+  ``<file>: <field.path>: <what is wrong and the fix> (got <value>)``, where ``<file>``
+  is the file that set the offending value (a base file when inherited).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kctl.errors import ProfileError
+from kctl.profile.model import Profile
+from kctl.profile.serialize import content_hash
+from kctl.profile.validate import FieldPath, Problems, build_profile
+
+EXTENSION_PREFIX = "x-"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: PyYAML silently keeps the last one, which
+    turns a copy-paste slip into a silently different deployment."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        try:
+            hashable = hash(key) is not None
+        except TypeError:
+            hashable = False
+        if hashable and key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r} (first at line {seen[key] + 1})",
+                key_node.start_mark,
+            )
+        if hashable:
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(display: str, real: str, problems: Problems) -> dict[str, Any] | None:
+    try:
+        with open(real, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        problems.raw(f"{display}: file not found")
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.raw(f"{display}: cannot read the file: {exc}")
+        return None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
+        what = exc.problem or exc.context or "invalid YAML"
+        problems.raw(f"{display}: {where}: invalid YAML: {what}")
+        return None
+    except yaml.YAMLError as exc:
+        problems.raw(f"{display}: invalid YAML: {exc}")
+        return None
+    if data is None:
+        problems.raw(f"{display}: the file is empty; a profile needs at least server.model_path")
+        return None
+    if not isinstance(data, dict):
+        problems.raw(
+            f"{display}: (top level): must be a mapping of profile sections "
+            f"(got {type(data).__name__})"
+        )
+        return None
+    return data
+
+
+def _relative_to(declaring: str, value: str) -> str:
+    """A path written in ``declaring`` (a file path as displayed), made usable from here."""
+    expanded = os.path.expanduser(value)
+    if os.path.isabs(expanded):
+        return os.path.normpath(expanded)
+    return os.path.normpath(os.path.join(os.path.dirname(declaring), expanded))
+
+
+class _Origins:
+    """Which file set each field, so problems name the file to edit."""
+
+    def __init__(self, default: str) -> None:
+        self.default = default
+        self.by_path: dict[tuple[str, ...], str] = {}
+
+    def record(self, data: Any, display: str, prefix: tuple[str, ...] = ()) -> None:
+        if not isinstance(data, dict):
+            return
+        for key, value in data.items():
+            path = (*prefix, str(key))
+            self.by_path[path] = display
+            self.record(value, display, path)
+
+    def __call__(self, path: FieldPath) -> str:
+        keys = tuple(p for p in path if isinstance(p, str))
+        # list items and nested keys belong to the nearest recorded mapping key
+        for end in range(len(keys), 0, -1):
+            if keys[:end] in self.by_path:
+                return self.by_path[keys[:end]]
+        return self.default
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` onto ``base``: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve(
+    display: str, problems: Problems, origins: _Origins, chain: list[tuple[str, str]]
+) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The merged mapping of ``display`` and its ``extends`` chain, plus, per key that
+    names a path (``baseline``), the file that declared it."""
+    real = os.path.realpath(display)
+    data = _read_yaml(display, real, problems)
+    if data is None:
+        return None
+    data = {k: v for k, v in data.items() if not str(k).startswith(EXTENSION_PREFIX)}
+    declared = {"baseline": display} if "baseline" in data else {}
+    merged: dict[str, Any] = {}
+    if "extends" in data:
+        parent = data.pop("extends")
+        if not isinstance(parent, str) or not parent.strip():
+            problems.raw(
+                f"{display}: extends: must be the path of a base profile, relative to "
+                f"this file (got {parent!r})"
+            )
+            return None
+        parent_display = _relative_to(display, parent)
+        parent_real = os.path.realpath(parent_display)
+        reals = [r for r, _ in chain]
+        if parent_real in reals:
+            loop = [d for _, d in chain[reals.index(parent_real) :]] + [parent_display]
+            names = " -> ".join(loop)
+            problems.raw(
+                f"{display}: extends: cycle {names}; remove one of these extends (got {parent!r})"
+            )
+            return None
+        if not os.path.exists(parent_real):
+            problems.raw(
+                f"{display}: extends: file not found: {parent_display}; the path is "
+                f"relative to this file's directory (got {parent!r})"
+            )
+            return None
+        resolved = _resolve(
+            parent_display, problems, origins, [*chain, (parent_real, parent_display)]
+        )
+        if resolved is None:
+            return None
+        merged, parent_declared = resolved
+        merged.pop("name", None)  # a name belongs to its own file
+        declared = {**parent_declared, **declared}
+    origins.record(data, display)
+    return deep_merge(merged, data), declared
+
+
+def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ...] = ()) -> Profile:
+    """Load, resolve and validate one profile; raise :class:`ProfileError` listing every
+    problem. ``path`` is shown in messages exactly as given."""
+    display = str(path)
+    real = os.path.realpath(display)
+    origins = _Origins(display)
+    problems = Problems(origins)
+    resolved = _resolve(display, problems, origins, [(real, display)])
+    if resolved is None:
+        raise ProfileError(problems.lines)
+    data, declared = resolved
+    name = data.get("name") if isinstance(data.get("name"), str) else None
+    name = name or Path(display).stem
+
+    baseline_path: str | None = None
+    baseline_profile: Profile | None = None
+    raw_baseline = data.get("baseline")
+    if raw_baseline is not None:
+        declaring = declared.get("baseline", display)
+        if not isinstance(raw_baseline, str) or not raw_baseline.strip():
+            problems.add(
+                ("baseline",),
+                "must be the path of the known-good profile, relative "
+                "to this file, or null when this profile is the baseline",
+                raw_baseline,
+            )
+        else:
+            baseline_path = _relative_to(declaring, raw_baseline)
+            baseline_profile = _load_baseline(
+                baseline_path, raw_baseline, problems, (*_baseline_chain, (real, display))
+            )
+
+    profile = build_profile(data, problems, name=name, source=display, baseline=baseline_path)
+    if profile is not None and baseline_profile is not None:
+        _check_pair(profile, baseline_profile, problems)
+    if profile is None or problems:
+        raise ProfileError(problems.lines)
+    digest = content_hash(
+        profile, baseline_hash=baseline_profile.content_hash if baseline_profile else None
+    )
+    return _with_hash(profile, digest)
+
+
+def _load_baseline(
+    path: str, raw: str, problems: Problems, chain: tuple[tuple[str, str], ...]
+) -> Profile | None:
+    real = os.path.realpath(path)
+    reals = [r for r, _ in chain]
+    if real in reals:
+        loop = [d for _, d in chain[reals.index(real) :]] + [path]
+        names = " -> ".join(loop)
+        problems.add(
+            ("baseline",),
+            f"circular baseline chain {names}; the known-good "
+            "baseline must not lead back to this profile (set baseline: null in the "
+            "known-good one)",
+            raw,
+        )
+        return None
+    if not os.path.exists(real):
+        problems.add(
+            ("baseline",),
+            f"file not found: {path}; the path is relative to the file that declares it",
+            raw,
+        )
+        return None
+    try:
+        return load_profile(path, _baseline_chain=chain)
+    except ProfileError as exc:
+        problems.add(("baseline",), "the baseline profile is invalid (its problems follow)", raw)
+        for line in exc.problems:
+            problems.raw(line)
+        return None
+
+
+def _check_pair(profile: Profile, baseline: Profile, problems: Problems) -> None:
+    """A candidate must be comparable with, and revertible to, its baseline."""
+    if baseline.runtime.kind != profile.runtime.kind:
+        problems.add(
+            ("runtime", "kind"),
+            f"differs from the baseline's "
+            f"({baseline.runtime.kind!r} in {baseline.source}); a candidate and its "
+            "baseline must use the same runtime",
+            profile.runtime.kind,
+        )
+    if baseline.server.model_path != profile.server.model_path:
+        problems.add(
+            ("server", "model_path"),
+            f"differs from the baseline's "
+            f"({baseline.server.model_path!r} in {baseline.source}); the gate compares "
+            "the same model only",
+            profile.server.model_path,
+        )
+
+
+def _with_hash(profile: Profile, digest: str) -> Profile:
+    import dataclasses
+
+    return dataclasses.replace(profile, content_hash=digest)
+
+
+def load_profiles(paths: Iterable[str | Path]) -> list[Profile]:
+    """Load several profiles (``kctl validate``); raise one :class:`ProfileError` with the
+    problems of every invalid file, in order, after trying them all."""
+    loaded: list[Profile] = []
+    lines: list[str] = []
+    for path in paths:
+        try:
+            loaded.append(load_profile(path))
+        except ProfileError as exc:
+            lines.extend(line for line in exc.problems if line not in lines)
+    if lines:
+        raise ProfileError(lines)
+    return loaded

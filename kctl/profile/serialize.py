@@ -1,0 +1,50 @@
+"""A profile as JSON-ready data (``kctl plan --json``, the store) and its content hash."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from kctl.profile.model import Profile
+
+#: bump when the hashed representation changes meaning, so old hashes never collide
+HASH_VERSION = 1
+
+# pair tuples that read better (and hash independently of order) as JSON objects
+_PAIR_FIELDS = {"env", "min_ratio_per_context", "weights"}
+
+
+def _plain(value: Any, key: str = "") -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name), f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        if key in _PAIR_FIELDS:
+            return {str(k): _plain(v) for k, v in value}
+        return [_plain(v) for v in value]
+    return value
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """Every field of the resolved profile as JSON-ready data (tuples become lists, pair
+    tuples such as ``server.env`` become objects)."""
+    out = _plain(profile)
+    assert isinstance(out, dict)
+    return out
+
+
+def content_hash(profile: Profile, *, baseline_hash: str | None = None) -> str:
+    """sha256 of the canonical JSON of the resolved profile.
+
+    Excluded: ``source``, ``name``, ``description`` and ``content_hash`` (where the file
+    lives and what it is called do not change what runs). The baseline enters as its own content hash,
+    not its path, so the hash is the same from any working directory and any ``extends``
+    layout, yet changes when the known-good configuration it is gated against changes."""
+    data = profile_to_dict(profile)
+    for key in ("source", "name", "description", "content_hash"):
+        data.pop(key, None)
+    data["baseline"] = baseline_hash
+    data["_hash_version"] = HASH_VERSION
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
