@@ -107,7 +107,7 @@ def _globals(
         None,
         "--state-dir",
         envvar="KCTL_STATE_DIR",
-        help="Where kctl keeps its store, lock and logs [default: $XDG_STATE_HOME/kctl].",
+        help="Where kctl keeps its store, lock and logs (default: $XDG_STATE_HOME/kctl).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print one versioned JSON envelope."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Tracebacks on errors."),

@@ -54,7 +54,12 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
         fingerprint=fp,
         progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
     )
-    store.save_measurement(dep.id, serving_profile.content_hash, fp, meas.to_dict())
+    store.save_measurement(
+        deployment_id=dep.id,
+        profile_hash=serving_profile.content_hash,
+        fingerprint=fp,
+        data=meas.to_dict(),
+    )
     result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
     base_path = serving_profile.baseline or gate_profile.baseline
     if base_path:

@@ -82,10 +82,10 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
     candidate, baseline = common.load_pair(profile_path)
     runtime = ctx.runtime(ctx.runtime_kind(candidate))
     store = ctx.open_store()
-    with DeployLock(ctx.state_dir).acquire("deploy", None) as lock_note:
-        if lock_note:
-            ctx.reporter.warn(str(lock_note))
-        return _Deploy(ctx, store, runtime, candidate, baseline, force).run()
+    with DeployLock(ctx.state_dir).acquire(f"kctl deploy {profile_path}") as held:
+        if held.takeover_warning:
+            ctx.reporter.warn(held.takeover_warning)
+        return _Deploy(ctx, store, runtime, candidate, baseline, force, held).run()
 
 
 class _Deploy:
@@ -97,7 +97,9 @@ class _Deploy:
         candidate: Profile,
         baseline: Profile | None,
         force: bool,
+        held: Any = None,
     ) -> None:
+        self.held = held
         self.ctx = ctx
         self.store = store
         self.runtime = runtime
@@ -147,6 +149,8 @@ class _Deploy:
             baseline_path=self.baseline.source if self.baseline else None,
         )
         self.dep_id = dep.id
+        if self.held is not None:
+            self.held = self.held.set_deployment_id(dep.id)
         self.txn = Transaction(ctx, self.store, dep.id)
         ctx.reporter.event(f"deployment {dep.id}: {cand.name} ({cand.source})")
         guard = InterruptGuard()
@@ -223,7 +227,6 @@ class _Deploy:
             reason=reason,
             exit_code=0,
             timings=timings,
-            ended=True,
         )
         self.store.end_transaction(self.dep_id, "promoted")
         self.ctx.reporter.event(f"promoted {self.dep_id}")
@@ -266,8 +269,9 @@ class _Deploy:
             now=self.ctx.clock(),
         )
         if stored is not None:
-            data, created_at = stored
-            self.ctx.reporter.event(f"baseline measurement reused (taken {created_at})")
+            data, created_ts = stored
+            age_min = (self.ctx.clock() - created_ts) / 60
+            self.ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
             return Measurement.from_dict(data)
         workload = self._workload()
         if self.previous is not None and self.previous[0].profile_hash == base.content_hash:
@@ -281,7 +285,10 @@ class _Deploy:
             meas = measure(
                 common.endpoint_of(base), workload, fingerprint=fp, progress=self._gate_progress
             )
-        self.store.save_measurement(owner, base.content_hash, fp, meas.to_dict())
+        self.store.save_measurement(
+            deployment_id=owner, profile_hash=base.content_hash, fingerprint=fp, data=meas.to_dict()
+        )
+        self.store.update_deployment(self.dep_id, baseline_id=owner)
         return meas
 
     def _start_baseline(self, why: str) -> str:
@@ -308,7 +315,13 @@ class _Deploy:
                 self.images[base.content_hash],
                 why=why,
             )
-        self.store.update_deployment(known.id, status="serving")
+        self.store.update_deployment(
+            known.id,
+            status="promoted",
+            verdict="BASELINE",
+            reason="known-good baseline, health verified",
+            exit_code=0,
+        )
         self.store.set_known_good(base.content_hash, known.id)
         self.store.set_serving(known.id)
         self.previous = (self.store.get_deployment(known.id), instance)
@@ -344,7 +357,12 @@ class _Deploy:
                 fingerprint=fp,
                 progress=self._gate_progress,
             )
-        self.store.save_measurement(self.dep_id, cand.content_hash, fp, meas.to_dict())
+        self.store.save_measurement(
+            deployment_id=self.dep_id,
+            profile_hash=cand.content_hash,
+            fingerprint=fp,
+            data=meas.to_dict(),
+        )
         self.store.set_known_good(cand.content_hash, self.dep_id)
         self.store.set_serving(self.dep_id)
         timings = self.timer.total()
@@ -356,7 +374,6 @@ class _Deploy:
             reason=reason,
             exit_code=0,
             timings=timings,
-            ended=True,
         )
         self.store.end_transaction(self.dep_id, "promoted")
         return DeployResult(
@@ -395,7 +412,6 @@ class _Deploy:
                 reason=reason,
                 exit_code=5,
                 timings=self.timer.total(),
-                ended=True,
             )
             self.store.end_transaction(self.dep_id, "failed before any change")
             if isinstance(exc, Interrupted):
@@ -429,7 +445,6 @@ class _Deploy:
             reason=reason,
             exit_code=3,
             timings=timings,
-            ended=True,
         )
         self.store.end_transaction(self.dep_id, "reverted")
         result = DeployResult(
@@ -510,7 +525,6 @@ class _Deploy:
                 reason=reason,
                 exit_code=4,
                 timings=self.timer.total(),
-                ended=True,
             )
         # the journal stays open on purpose: `kctl status` reports it, `kctl rollback` resolves it
 

@@ -45,10 +45,9 @@ def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) ->
     """Close interrupted transactions against reality; returns notes for the user."""
     notes = []
     for txn in store.open_transactions():
-        txn_id = txn["id"] if isinstance(txn, dict) else txn.id
-        steps = txn["steps"] if isinstance(txn, dict) else txn.steps
-        last = steps[-1] if steps else None
-        where = f" during step {last['step']!r} ({last['state']})" if last else ""
+        txn_id = txn.txn
+        last = txn.last_step
+        where = f" during step {last.step!r} ({last.state})" if last else ""
         serving = serving_now(store, runtime)
         store.set_serving(serving[0].id if serving else None)
         now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
@@ -56,7 +55,6 @@ def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) ->
             txn_id,
             status="interrupted",
             exit_code=4,
-            ended=True,
             reason=f"kctl was interrupted{where}; reconciled by {resolver}",
         )
         store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")

@@ -48,10 +48,10 @@ def rollback(
     profile = common.profile_of(target)
     runtime = ctx.runtime(runtime_kind or ctx.runtime_kind(profile))
     warnings: list[str] = []
-    with DeployLock(ctx.state_dir).acquire("rollback", target.id) as lock_note:
-        if lock_note:
-            ctx.reporter.warn(str(lock_note))
-            warnings.append(str(lock_note))
+    command = "kctl rollback" + (f" --to {to}" if to else "")
+    with DeployLock(ctx.state_dir).acquire(command, target.id) as held:
+        if held.takeover_warning:
+            warnings.append(held.takeover_warning)
         warnings += reconcile(ctx, store, runtime, resolver="rollback")
         for note in warnings:
             ctx.reporter.warn(note)
@@ -104,7 +104,7 @@ def rollback(
         timings = {"total": round(ctx.monotonic() - t0, 3)}
         reason = f"{target.id} ({profile.name}) restored, health verified"
         store.update_deployment(
-            record.id, status="promoted", reason=reason, exit_code=0, timings=timings, ended=True
+            record.id, status="promoted", reason=reason, exit_code=0, timings=timings
         )
         store.end_transaction(record.id, "restored")
         return RollbackResult(
@@ -120,4 +120,4 @@ def rollback(
 
 def _degraded(store: Any, dep_id: str, reason: str) -> None:
     store.set_serving(None)
-    store.update_deployment(dep_id, status="degraded", reason=reason, exit_code=4, ended=True)
+    store.update_deployment(dep_id, status="degraded", reason=reason, exit_code=4)

@@ -23,6 +23,7 @@ class StatusReport:
     last_gate: dict[str, Any] | None = None
     last_gate_table: str | None = None
     interrupted: list[dict[str, Any]] = field(default_factory=list)
+    in_progress: dict[str, Any] | None = None
     degraded: str | None = None
     lock: dict[str, Any] | None = None
     unmanaged: list[str] = field(default_factory=list)
@@ -72,11 +73,14 @@ def status(ctx: Context) -> StatusReport:
         return report
     store = ctx.open_store(read_only=True)
     try:
+        running_now = report.lock is not None and not report.lock.get("stale")
         for txn in store.open_transactions():
-            steps = txn["steps"] if isinstance(txn, dict) else txn.steps
-            txn_id = txn["id"] if isinstance(txn, dict) else txn.id
-            last = steps[-1] if steps else None
-            report.interrupted.append({"id": txn_id, "last_step": last})
+            last = txn.last_step
+            step = {"step": last.step, "state": last.state, "intent": last.intent} if last else None
+            if running_now:
+                report.in_progress = {"id": txn.txn, "last_step": step}
+            else:
+                report.interrupted.append({"id": txn.txn, "last_step": step})
         dep = store.serving()
         if dep is not None:
             summary = _dep_summary(dep)
