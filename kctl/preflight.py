@@ -198,8 +198,9 @@ def docker_preflight(
         passed.append(PreflightCheck("mounts", f"{len(profile.runtime.volumes)} host paths exist"))
 
     gpus = profile.runtime.gpus
-    if gpus == () or profile.image.install_simulator:
-        passed.append(PreflightCheck("gpu-arch", "not checked (no GPUs or simulator image)"))
+    if gpus == () or profile.image.install_simulator or profile.image.kernel_source is None:
+        # no kctl kernel in the image: SGLang's own image carries its archs
+        passed.append(PreflightCheck("gpu-arch", "not checked (no GPUs or no kctl kernel)"))
     else:
         archs = list(image_archs) if image_archs is not None else list(profile.image.cuda_archs)
         override = gpu_caps

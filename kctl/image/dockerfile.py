@@ -84,12 +84,14 @@ def render_dockerfile(profile: Profile) -> str:
         keep_trailing_newline=True,
         autoescape=False,  # Dockerfile text, not HTML
     )
+    compiles_kernel = img.kernel_source is not None and not img.install_simulator
     rendered = env.from_string(text).render(
         base=img.base,
-        kernel_source=None if img.install_simulator else img.kernel_source,
+        kernel_source=img.kernel_source if compiles_kernel else None,
         install_simulator=img.install_simulator,
         torch_cuda_arch_list=torch_cuda_arch_list(img.cuda_archs),
-        cuda_archs=torch_cuda_arch_list(img.cuda_archs),
+        # the label states what kctl compiled: "none" when no kernel is built into it
+        cuda_archs=torch_cuda_arch_list(img.cuda_archs) if compiles_kernel else "none",
         profile_name=profile.name,
         kctl_version=kctl.__version__,
     )
