@@ -109,4 +109,5 @@ def launch_spec(
         port=profile.server.port,
         image=None if simulate else image,
         labels=labels,
+        runtime=profile.runtime,
     )

@@ -109,7 +109,10 @@ class _Deploy:
         self.timer = _Timer(ctx)
         self.changed = False  # has the host been touched yet?
         self.candidate_instance: Instance | None = None
-        self.previous: tuple[Any, Instance] | None = None  # what served before we started
+        self.previous: tuple[Any, Instance] | None = None  # what serves before the next stop
+        self.original: tuple[Any, Instance] | None = None  # what served when the deploy began
+        self.stage = "candidate"  # whose failure a failure is: "baseline" or "candidate"
+        self.images: dict[str, str | None] = {}
         self.warnings: list[str] = []
 
     # -- the transaction -------------------------------------------------------------------
@@ -135,6 +138,7 @@ class _Deploy:
                 warnings=self.warnings,
             )
         self.previous = serving
+        self.original = serving
         self._preflight(serving)
         with self.timer.phase("build"):
             images = {cand.content_hash: common.image_for(ctx, cand)}
@@ -146,7 +150,7 @@ class _Deploy:
             kind="deploy",
             profile=cand,
             runtime=self.runtime.name,
-            baseline_path=self.baseline.source if self.baseline else None,
+            parent_id=serving[0].id if serving else None,
         )
         self.dep_id = dep.id
         if self.held is not None:
@@ -300,6 +304,7 @@ class _Deploy:
             self.txn.stop(self.runtime, self.previous[1], base.runtime.stop_timeout_s, why=why)
             self.store.set_serving(None)
             self.previous = None
+        self.stage = "baseline"
         known = self.store.known_good(base.content_hash)
         if known is None:
             known = self.store.new_deployment(
@@ -324,6 +329,7 @@ class _Deploy:
         )
         self.store.set_known_good(base.content_hash, known.id)
         self.store.set_serving(known.id)
+        self.stage = "candidate"
         self.previous = (self.store.get_deployment(known.id), instance)
         return known.id
 
@@ -405,6 +411,8 @@ class _Deploy:
 
     def _fail(self, exc: BaseException, guard: InterruptGuard) -> DeployResult:
         reason, gate, table = _describe(exc)
+        if self.stage == "baseline" and self.baseline is not None:
+            reason = f"baseline {self.baseline.name} could not be brought up to measure it: {reason}"
         if not self.changed:
             self.store.update_deployment(
                 self.dep_id,
@@ -419,7 +427,7 @@ class _Deploy:
             if isinstance(exc, KctlError) and not isinstance(exc, (HealthFailed, GateError)):
                 raise exc
             raise PreconditionFailed(f"{reason} (nothing was changed)") from exc
-        self.ctx.reporter.warn(f"candidate rejected: {reason}; restoring the known-good baseline")
+        self.ctx.reporter.warn(f"{reason}; reverting")
         guard.reverting = True
         try:
             restored = self._revert()
@@ -474,47 +482,51 @@ class _Deploy:
         raise err from exc
 
     def _revert(self) -> str | None:
-        """Stop the candidate and bring back the known-good baseline, verified."""
+        """Stop whatever this deploy started that is not verified known-good, then bring
+        back the restore target (see :meth:`_restore_target`), verified by health."""
+        target = self._restore_target()
+        timeout = self.candidate.runtime.stop_timeout_s
         inst = self.candidate_instance
         if inst is None:
             # the start may have happened without its result reaching us (interrupted mid-start)
-            dep = self.store.get_deployment(self.dep_id)
-            inst = instance_from_dict(dep.instance)
+            inst = instance_from_dict(self.store.get_deployment(self.dep_id).instance)
         if inst is not None:
-            self.txn.stop(self.runtime, inst, self.candidate.runtime.stop_timeout_s, why="revert")
-        for other in self.runtime.running():  # anything else of ours still up would hold the port
-            if other.deployment_id == self.dep_id:
-                self.txn.stop(
-                    self.runtime, other, self.candidate.runtime.stop_timeout_s, why="revert"
-                )
-        if self.baseline is None:
-            return self._restore_previous()
-        if (
-            self.previous is not None
-            and self.previous[0].profile_hash == self.baseline.content_hash
-        ):
-            state = self.runtime.state(self.previous[1])
-            if state.running:
-                return str(self.previous[0].id)
-        self._start_baseline(why="revert")
-        return str(self.store.serving().id)  # type: ignore[union-attr]
-
-    def _restore_previous(self) -> str | None:
-        """A failed baseline deploy goes back to whatever served before it, if anything."""
-        if self.previous is None:
+            self.txn.stop(self.runtime, inst, timeout, why="revert")
+        target_id = target[0].id if target else None
+        for other in self.runtime.running():  # anything else of ours still up holds the port
+            if other.deployment_id != target_id:
+                self.txn.stop(self.runtime, other, timeout, why="revert")
+        if target is None:
+            self.store.set_serving(None)
             return None
-        dep, _ = self.previous
-        profile = common.profile_of(dep)
-        instance, _ = common.bring_up(
-            self.txn,
-            self.runtime,
-            profile,
-            dep.id,
-            common.image_for(self.ctx, profile),
-            why="revert",
-        )
+        dep, profile = target
+        live = serving_now(self.store, self.runtime)
+        if live is not None and live[0].id == dep.id:
+            common.wait_healthy(self.ctx, self.runtime, live[1], profile)
+        else:
+            common.bring_up(
+                self.txn,
+                self.runtime,
+                profile,
+                dep.id,
+                self.images.get(profile.content_hash) or common.image_for(self.ctx, profile),
+                why="revert",
+            )
         self.store.set_serving(dep.id)
         return str(dep.id)
+
+    def _restore_target(self) -> tuple[Any, Profile] | None:
+        """What a failed deploy goes back to: the verified known-good deployment of the
+        candidate's baseline; for a baseline deploy (or when that baseline was never
+        verified) whatever served before this deploy; else nothing."""
+        if self.baseline is not None:
+            known = self.store.known_good(self.baseline.content_hash)
+            if known is not None:
+                return known, common.profile_of(known)
+        if self.original is not None:
+            dep = self.original[0]
+            return dep, common.profile_of(dep)
+        return None
 
     def _record_degraded(self, reason: str, status: str) -> None:
         with contextlib.suppress(Exception):

@@ -70,9 +70,8 @@ def rollback(
             )
         record = store.new_deployment(
             kind="rollback",
-            profile=profile,
+            profile=target.profile,
             runtime=runtime.name,
-            baseline_path=None,
             parent_id=target.id,
         )
         txn = Transaction(ctx, store, record.id)

@@ -139,6 +139,10 @@ class VerifyWorkspace:
         self.partial_lse = torch.empty((2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev)
         # [0] = blocks per CTA, [1] = total blocks, [2 : 2+B+1] = per-request block prefix sums.
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
+        # Lower bound on the 32-token KV blocks one CTA takes: fewer, longer CTA ranges cost
+        # less partial-result traffic on short contexts. Plain host int: changing it between
+        # eager calls is fine; a captured graph keeps the value it was captured with.
+        self.min_blocks_per_cta = 4
 
     @property
     def nbytes(self) -> int:
@@ -193,6 +197,7 @@ def verify_attention(
         workspace.partial_lse,
         workspace.sched,
         workspace.num_ctas,
+        workspace.min_blocks_per_cta,
     )
 
 
