@@ -1,0 +1,67 @@
+"""Which verify-attention path the simulated server runs, and the kernel activation log
+line it prints, under the same conditions as the real SGLang startup hook (issue 5):
+
+- ``KDTREE_VERIFY`` unset/false: no line, SGLang's Triton path.
+- set, and verify runs on the triton backend with a bf16 KV cache: the *active* line, kdtree path.
+- set, otherwise (or the ``kernel_declined`` fault): the *declined* line, Triton path.
+
+The line formats are a shared contract; kctl's health check matches
+``kdtree-verify: active\\b`` and ``kdtree-verify: declined\\b``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kctl.sim.args import ServerArgs
+from kctl.sim.settings import Settings
+
+KERNEL_NAME = "kdtree_mla"
+#: version the simulator claims for the kernel package
+KERNEL_VERSION = "0.1.0"
+#: RTX PRO 6000 Blackwell, the simulated GPU
+ARCH = "sm_120"
+#: KV cache dtypes on which the kernel serves (MLA bf16 cache; quantised caches stay on SGLang)
+BF16_KV_DTYPES = ("auto", "bf16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class VerifyChoice:
+    """The verify path chosen at startup and the log line announcing it (None: no line)."""
+
+    path: str  # "triton" | "kdtree"
+    line: str | None
+    declined_reason: str | None = None
+
+
+def active_line(sglang_version: str) -> str:
+    return (
+        f"kdtree-verify: active kernel={KERNEL_NAME}-{KERNEL_VERSION} arch={ARCH} "
+        f"sglang={sglang_version}"
+    )
+
+
+def declined_line(reason: str, sglang_version: str) -> str:
+    # the reason is quoted, so it must not carry a double quote itself
+    safe = reason.replace('"', "'")
+    return f'kdtree-verify: declined reason="{safe}" sglang={sglang_version}'
+
+
+def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
+    """Decide the verify path from the launch args and env (pure)."""
+    if not settings.kdtree_verify:
+        return VerifyChoice(path="triton", line=None)
+    version = settings.sglang_version
+    reason: str | None = None
+    backend = args.effective_attention_backend
+    if settings.has("kernel_declined"):
+        reason = "simulated decline (KCTL_SIM_FAULT=kernel_declined)"
+    elif backend != "triton":
+        reason = f"verify attention backend is {backend}, the kernel patches only triton"
+    elif args.kv_cache_dtype not in BF16_KV_DTYPES:
+        reason = f"kv cache dtype {args.kv_cache_dtype} is not bf16"
+    if reason is not None:
+        return VerifyChoice(
+            path="triton", line=declined_line(reason, version), declined_reason=reason
+        )
+    return VerifyChoice(path="kdtree", line=active_line(version))
