@@ -61,6 +61,12 @@ def launch_spec_for(
     from kctl.launch import launch_spec
 
     spec = launch_spec(profile, deployment_id, simulate=ctx.simulate)
+    if ctx.simulate:
+        # a simulated server never listens beyond loopback, whatever the profile binds
+        argv = list(spec.argv)
+        if "--host" in argv:
+            argv[argv.index("--host") + 1] = "127.0.0.1"
+        spec = dataclasses.replace(spec, argv=tuple(argv), host="127.0.0.1")
     return dataclasses.replace(spec, image=image) if image else spec
 
 

@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
 
 def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
-    from kctl.gate import estimate_duration, plan_workload
-    from kctl.profile.loader import profile_to_dict
+    from kctl.gate import plan_workload
+    from kctl.profile import profile_to_dict
 
     candidate, baseline = common.load_pair(profile_path)
     kind = ctx.runtime_kind(candidate)
@@ -71,7 +71,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "gate": {
             "contexts": list(candidate.gate.contexts),
             "requests": _count(workload),
-            "estimated_duration_s": estimate_duration(workload, candidate, ctx.simulate),
+            "estimated_duration_s": _estimate(workload, candidate, ctx.simulate),
             "policy": profile_to_dict(candidate)["gate"]["policy"],
         },
         "stored_baseline_measurement": stored,
@@ -86,5 +86,22 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
     return out
 
 
+def _estimate(workload: Any, profile: Any, simulate: bool) -> float:
+    """Gate seconds from the simulator's calibration table (the in-service measurements
+    plus documented estimates); compressed by the simulator's speed-up when simulated."""
+    from kctl.gate import estimate_duration
+    from kctl.sim.calibration import load as load_calibration
+
+    cal = load_calibration()
+    path = "kdtree" if profile.server.verify_kernel == "kdtree" else "triton"
+    rates = {
+        c: cal.decode_tps(path, profile.server.cuda_graphs, c) for c in profile.gate.contexts
+    }
+    seconds = float(estimate_duration(workload, rates))
+    return seconds / profile.simulator.speedup if simulate else seconds
+
+
 def _count(workload: Any) -> int:
-    return int(getattr(workload, "request_count", 0) or len(getattr(workload, "requests", [])))
+    return len(workload.warmups) + len(workload.measured) + len(workload.concurrent) + len(
+        workload.probes
+    )
