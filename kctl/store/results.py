@@ -59,13 +59,14 @@ class ResultsMixin:
     ) -> tuple[dict[str, Any], float] | None:
         """The newest measurement of (profile hash, fingerprint) at most ``max_age_s``
         old at ``now`` (default: the store's clock), as ``(data, created_ts)`` with
-        ``created_ts`` in epoch seconds; None when there is none that fresh."""
+        ``created_ts`` in epoch seconds; None when there is none that fresh. One dated
+        after ``now`` (the clock went back) does not count: measuring again is safe."""
         now = float(self.clock()) if now is None else now
         row = self._conn.execute(
             """SELECT data_json, created_ts FROM measurements
-            WHERE profile_hash = ? AND fingerprint = ? AND created_ts >= ?
+            WHERE profile_hash = ? AND fingerprint = ? AND created_ts BETWEEN ? AND ?
             ORDER BY created_ts DESC, id DESC LIMIT 1""",
-            (profile_hash, fingerprint, now - max_age_s),
+            (profile_hash, fingerprint, now - max_age_s, now),
         ).fetchone()
         if row is None:
             return None
