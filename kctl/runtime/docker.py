@@ -100,16 +100,23 @@ def run_spec(
         "network_mode": "host",
         "ipc_mode": "host",
         "shm_size": runtime.shm_size,
-        "ulimits": [dict(u) for u in _ULIMITS],
         "volumes": {
             v.host: {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
             for v in runtime.volumes
         },
         "restart_policy": {"Name": "no"},
+        # docker-init as PID 1: forwards SIGTERM to the server (a Python PID 1 without a
+        # handler ignores it, so `docker stop` would wait out the timeout) and reaps the
+        # scheduler/detokenizer processes SGLang spawns
+        "init": True,
     }
     requests = device_requests(runtime.gpus)
     if requests:
         spec["device_requests"] = requests
+        # pinned host memory (CUDA, NCCL) wants an unlimited memlock; without GPUs (tests)
+        # the engine's defaults apply, which also lets kctl run where raising the hard
+        # memlock limit is not permitted (an unprivileged or nested engine)
+        spec["ulimits"] = [dict(u) for u in _ULIMITS]
     labels = dict(launch.labels)
     labels.update(
         {
@@ -265,7 +272,13 @@ class DockerRuntime:
                 return self._instance(reusable, spec.deployment_id, reused=True)
             self._clear_name(wanted["name"])
             container = self.client.containers.create(**wanted)
-            container.start()
+            try:
+                container.start()
+            except Exception:
+                # a container that never started is no rollback target: leave nothing behind
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+                raise
             container.reload()
             return self._instance(container, spec.deployment_id, reused=False)
 

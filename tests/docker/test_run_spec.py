@@ -68,6 +68,7 @@ def test_run_spec_is_sglangs_documented_docker_run() -> None:
             "/root/.cache/huggingface": {"bind": "/root/.cache/huggingface", "mode": "rw"},
         },
         "restart_policy": {"Name": "no"},
+        "init": True,
         "device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
         "labels": expected_labels,
     }
@@ -84,6 +85,7 @@ def test_device_requests() -> None:
 def test_no_gpus_means_no_device_request_key() -> None:
     spec = run_spec(LAUNCH, RuntimeSpec(gpus=(), volumes=()))
     assert "device_requests" not in spec
+    assert "ulimits" not in spec  # memlock matters for pinned GPU memory only
     assert spec["volumes"] == {}
 
 
