@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = next((a for a in args if not a.startswith("-")), "")
     try:
-        app(args=args, standalone_mode=False)
-        return 0
+        # standalone_mode=False: click returns an Exit's code instead of raising it
+        rv = app(args=args, standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except KctlError as exc:
@@ -299,14 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kctl: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # click usage errors and real bugs
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:  # usage errors from the option parser, and real bugs
+        if type(exc).__name__ == "Abort":
             print("kctl: aborted", file=sys.stderr)
             return 130
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        show = getattr(exc, "show", None)
+        if callable(show) and hasattr(exc, "exit_code"):  # a click/typer usage error
+            show()
             return 2
         print(f"kctl: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if OPTS.verbose:

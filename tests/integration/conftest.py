@@ -39,8 +39,13 @@ def base_profile(port: int) -> dict[str, Any]:
             "attention_backend": "triton",
             "cuda_graphs": True,
             "verify_kernel": "none",
-            "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/draft",
-                            "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+            "speculative": {
+                "algorithm": "EAGLE3",
+                "draft_model_path": "/models/draft",
+                "num_steps": 3,
+                "eagle_topk": 1,
+                "num_draft_tokens": 4,
+            },
         },
         "runtime": {"kind": "local", "stop_timeout_s": 5},
         "health": {"deadline_s": 20, "poll_interval_s": 0.1, "request_timeout_s": 5},
@@ -94,13 +99,15 @@ class Kctl:
         return [sys.executable, "-m", "kctl", "--state-dir", str(self.state), "--simulate", *args]
 
     def run(self, *args: str, timeout: float = 120) -> Run:
-        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO)
+        proc = subprocess.run(
+            self.argv(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO
+        )
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(*args), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=REPO)
+        return subprocess.Popen(
+            self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
 
     def status(self) -> dict[str, Any]:
         r = self.run("--json", "status")

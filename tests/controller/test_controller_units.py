@@ -1,0 +1,111 @@
+"""Pure pieces of the controller and the CLI's error mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from kctl.cli import main
+from kctl.controller.common import _rebuild
+from kctl.controller.signals import InterruptGuard, RevertAborted
+from kctl.errors import Interrupted
+from kctl.profile import load_profile
+from kctl.profile.model import Profile
+from kctl.render import JSON_SCHEMA, envelope, history_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["triton-graphs", "kdtree-eager", "kdtree-graphs"])
+def test_stored_profile_rebuilds_equal(name: str) -> None:
+    profile = load_profile(REPO / "profiles" / f"{name}.yaml")
+    stored = json.loads(json.dumps(dataclasses.asdict(profile)))
+    assert _rebuild(Profile, stored) == profile
+
+
+def test_first_signal_interrupts_second_aborts_the_revert() -> None:
+    guard = InterruptGuard()
+    with guard:
+        with pytest.raises(Interrupted) as first:
+            signal.raise_signal(signal.SIGINT)
+        assert first.value.signal_name == "SIGINT"
+        guard.reverting = True
+        with pytest.raises(RevertAborted):
+            signal.raise_signal(signal.SIGTERM)
+    assert guard.received == ["SIGINT", "SIGTERM"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_envelope_is_versioned() -> None:
+    data = json.loads(envelope("status", ok=True, exit_code=0, result={"a": 1}))
+    assert data["schema"] == JSON_SCHEMA
+    assert (data["command"], data["ok"], data["exit_code"], data["result"]) == (
+        "status",
+        True,
+        0,
+        {"a": 1},
+    )
+
+
+def test_history_text_empty_and_rows() -> None:
+    assert history_text([]) == "no deployments yet"
+    row = {
+        "id": "d-1",
+        "kind": "deploy",
+        "profile": "p",
+        "status": "promoted",
+        "verdict": None,
+        "started_at": "t",
+    }
+    assert history_text([row]).splitlines()[1].split() == [
+        "d-1",
+        "deploy",
+        "p",
+        "promoted",
+        "-",
+        "t",
+    ]
+
+
+def test_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = str(REPO / "profiles" / "kdtree-eager.yaml")
+    assert main(["--state-dir", str(tmp_path), "validate", good]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server:\n  port: 99999\n")
+    assert main(["--state-dir", str(tmp_path), "validate", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert f"{bad}: server.port" in out
+
+
+def test_usage_error_exit_code(tmp_path: Path) -> None:
+    assert main(["--state-dir", str(tmp_path), "deploy"]) == 2
+    assert main(["--state-dir", str(tmp_path), "no-such-command"]) == 2
+
+
+def test_missing_profile_file_is_invalid_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--state-dir", str(tmp_path), "--simulate", "deploy", str(tmp_path / "nope.yaml")])
+    assert code == 2
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_status_on_empty_state_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    assert main(["--state-dir", str(state), "--json", "status"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["result"]["serving"] is None
+    assert not state.exists()
+
+
+def test_rollback_without_known_good_is_a_precondition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--state-dir", str(tmp_path), "--simulate", "rollback"]) == 5
+    assert "no known-good baseline" in capsys.readouterr().err
