@@ -1,0 +1,401 @@
+"""Waiting for a serving process to become healthy, and failing fast when it will not.
+
+:func:`wait_healthy` walks the phases in order, each retried with backoff (tenacity,
+with an injected sleep) under one overall deadline::
+
+    process   the runtime reports the process running
+    port      a TCP connect to host:port succeeds (SGLang keeps it closed while loading)
+    health    GET /health answers 200 (503 until SGLang's own warm-up has passed)
+    generate  a real generation answers (POST /generate, 4 greedy tokens), because a
+              server can be "up" yet unable to serve
+    kernel    only with verify_kernel "kdtree": the kernel's activation line was logged
+
+Before every attempt it checks the process and scans the new log lines. It stops at once,
+raising :class:`~kctl.errors.HealthFailed` with the matched line and the last log lines,
+when the process exited (or was OOM-killed, or restarted), when a line matches a fatal
+pattern (:data:`FATAL_PATTERNS` plus the profile's ``health.fatal_patterns``), or when the
+kernel activation contract is broken: ``verify_kernel: kdtree`` fails on a
+``kdtree-verify: declined`` line, ``verify_kernel: none`` fails on a
+``kdtree-verify: active`` line. Only the :class:`~kctl.runtime.base.Runtime` protocol is
+used, so local processes and docker containers are watched the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import re
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kctl.errors import HealthFailed, KctlError
+from kctl.profile.model import HealthSpec, VerifyKernel
+from kctl.runtime.base import Instance, Runtime
+
+#: log lines that end the wait at once: the server cannot recover from these
+FATAL_PATTERNS: tuple[str, ...] = (
+    r"CUDA out of memory",
+    r"OutOfMemoryError",
+    r"no kernel image is available",
+    r"NCCL error",
+    r"Traceback \(most recent call last\):",
+)
+#: the kernel activation contract (issue 5): one line each, anywhere in a log line
+KERNEL_ACTIVE = re.compile(r"kdtree-verify: active\b")
+KERNEL_DECLINED = re.compile(r"kdtree-verify: declined\b")
+#: lines a runtime writes into the log itself (the local runtime's start banner quotes the
+#: whole command line, which must not be mistaken for the server's output)
+RUNTIME_LINE_PREFIX = "--- kctl:"
+#: SGLang's readiness line, recorded in the report when seen
+READY_LINE = "The server is fired up and ready to roll!"
+
+#: the prompt of the generation probe: a few ordinary ids, valid in any real vocabulary
+GENERATION_PROBE_IDS = (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000)
+GENERATION_PROBE_TOKENS = 4
+#: how many log lines a HealthFailed carries
+LOG_TAIL_LINES = 30
+#: after a successful generation, how long the activation line may still take to show up
+#: in the log (the runtime's log capture can lag the process a little)
+KERNEL_LINE_GRACE_S = 5.0
+
+_STARTING = re.compile(r"\b(created|starting)\b")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class HealthProgress:
+    """A progress event: the phase being tried, elapsed and total budget, and why the
+    previous attempt did not pass (``detail``)."""
+
+    phase: str
+    elapsed_s: float
+    deadline_s: float
+    attempt: int
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.phase} ({self.elapsed_s:.0f}/{self.deadline_s:.0f} s, try {self.attempt})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    phase: str
+    seconds: float
+    attempts: int
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """How the server became healthy."""
+
+    phases: tuple[PhaseTiming, ...]
+    total_s: float
+    #: the kernel activation (or decline) line, when one was logged
+    kernel_line: str | None = None
+    ready_line_seen: bool = False
+
+    def timings(self) -> tuple[tuple[str, float], ...]:
+        """(name, seconds) pairs for a verdict's timings: ``health.<phase>`` and ``health``."""
+        return (*((f"health.{p.phase}", p.seconds) for p in self.phases), ("health", self.total_s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phases": [[p.phase, p.seconds, p.attempts] for p in self.phases],
+            "total_s": self.total_s,
+            "kernel_line": self.kernel_line,
+            "ready_line_seen": self.ready_line_seen,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HealthReport:
+        return cls(
+            phases=tuple(PhaseTiming(str(p), float(s), int(n)) for p, s, n in d["phases"]),
+            total_s=float(d["total_s"]),
+            kernel_line=d.get("kernel_line"),
+            ready_line_seen=bool(d.get("ready_line_seen", False)),
+        )
+
+
+class _NotYet(Exception):
+    """An attempt did not pass; retried until the deadline."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _probe_host(host: str) -> str:
+    """Where to connect for a server bound to ``host``: a wildcard bind is probed on loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+class _LogWatch:
+    """Scans a runtime's log incrementally for fatal lines and the kernel contract."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        instance: Instance,
+        extra_patterns: tuple[str, ...],
+        verify_kernel: VerifyKernel,
+    ) -> None:
+        self.runtime = runtime
+        self.instance = instance
+        self.fatal = re.compile("|".join(f"(?:{p})" for p in (*FATAL_PATTERNS, *extra_patterns)))
+        self.verify_kernel = verify_kernel
+        #: complete lines already scanned
+        self.scanned = 0
+        self.kernel_line: str | None = None
+        self.ready = False
+        self.recent: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+
+    def tail(self) -> str:
+        try:
+            return self.runtime.logs(self.instance, tail=LOG_TAIL_LINES).rstrip("\n")
+        except KctlError:
+            return "\n".join(self.recent)
+
+    def scan(self, phase: str, *, final: bool = False) -> None:
+        """Scan lines logged since the last scan. A trailing line without its newline is
+        left for the next scan (it may be half written) unless ``final``."""
+        lines = self.runtime.logs(self.instance).split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+            complete = len(lines)
+        else:
+            complete = len(lines) if final else max(len(lines) - 1, 0)
+        if complete < self.scanned:  # the log was truncated or rotated: start over
+            self.scanned = 0
+        for line in lines[self.scanned : complete]:
+            self.recent.append(line)
+            self.scanned += 1
+            if not line.startswith(RUNTIME_LINE_PREFIX):
+                self._check(line.rstrip("\r"), phase)
+
+    def _fail(self, message: str, phase: str, line: str, hint: str | None = None) -> HealthFailed:
+        return HealthFailed(
+            message, phase=phase, matched_line=line, log_tail=self.tail(), hint=hint
+        )
+
+    def _check(self, line: str, phase: str) -> None:
+        if self.fatal.search(line):
+            raise self._fail(f"fatal log line during {phase}: {line.strip()}", phase, line)
+        if READY_LINE in line:
+            self.ready = True
+        if KERNEL_DECLINED.search(line):
+            self.kernel_line = line.strip()
+            if self.verify_kernel == "kdtree":
+                raise self._fail(
+                    f"the kdtree verify kernel declined to activate: {line.strip()}",
+                    phase,
+                    line,
+                    hint="the profile sets server.verify_kernel: kdtree; the line says why "
+                    "(SGLang version, attention backend, KV cache dtype ...)",
+                )
+        elif KERNEL_ACTIVE.search(line):
+            self.kernel_line = line.strip()
+            if self.verify_kernel == "none":
+                raise self._fail(
+                    "the kdtree verify kernel is active but the profile sets "
+                    f"server.verify_kernel: none: {line.strip()}",
+                    phase,
+                    line,
+                    hint="remove KDTREE_VERIFY from server.env, or set server.verify_kernel: kdtree",
+                )
+
+
+def _port_open(host: str, port: int, timeout_s: float) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise _NotYet(f"port {port} not open ({exc.strerror or exc})") from None
+
+
+def _http(
+    host: str, port: int, method: str, path: str, timeout_s: float, body: bytes | None = None
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise _NotYet(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def _health_ok(host: str, port: int, timeout_s: float) -> None:
+    status, body = _http(host, port, "GET", "/health", timeout_s)
+    if status != 200:
+        text = body[:200].decode("utf-8", "replace").strip()
+        raise _NotYet(f"GET /health: HTTP {status}" + (f" {text}" if text else ""))
+
+
+def _generation_ok(host: str, port: int, timeout_s: float) -> None:
+    payload = {
+        "input_ids": list(GENERATION_PROBE_IDS),
+        "sampling_params": {"max_new_tokens": GENERATION_PROBE_TOKENS, "temperature": 0.0},
+        "stream": False,
+    }
+    status, body = _http(host, port, "POST", "/generate", timeout_s, json.dumps(payload).encode())
+    text = body[:200].decode("utf-8", "replace").strip()
+    if status != 200:
+        raise _NotYet(f"POST /generate: HTTP {status} {text}")
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise _NotYet(f"POST /generate: not JSON: {text}") from None
+    if isinstance(obj, list):
+        obj = obj[0] if obj else {}
+    if not isinstance(obj, dict) or "error" in obj:
+        raise _NotYet(f"POST /generate: {text}")
+    meta = obj.get("meta_info") or {}
+    if not obj.get("output_ids") and not meta.get("completion_tokens"):
+        raise _NotYet(f"POST /generate: no tokens generated: {text}")
+
+
+def wait_healthy(
+    runtime: Runtime,
+    instance: Instance,
+    profile_health: HealthSpec,
+    *,
+    host: str,
+    port: int,
+    verify_kernel: VerifyKernel,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+    progress: Callable[[HealthProgress], None] | None = None,
+) -> HealthReport:
+    """Wait until the server of ``instance`` serves, under ``profile_health.deadline_s``.
+
+    Raises :class:`~kctl.errors.HealthFailed` (``phase``, ``matched_line``, ``log_tail``)
+    at once when the process exits, a fatal line is logged or the kernel activation
+    contract is broken, or when the deadline passes (naming the phase it was stuck in).
+    """
+    from tenacity import RetryCallState, Retrying, retry_if_exception_type
+
+    spec = profile_health
+    start = clock()
+    deadline = start + spec.deadline_s
+    poll = max(spec.poll_interval_s, 0.01)
+    probe_host = _probe_host(host)
+    watch = _LogWatch(runtime, instance, spec.fatal_patterns, verify_kernel)
+    restarts: list[int] = []  # the restart count seen first; a later increase is a crash
+
+    def check_process(phase: str) -> None:
+        state = runtime.state(instance)
+        # scan the log first: a crash's own fatal line explains it better than its exit code
+        watch.scan(phase, final=not state.running)
+        if not restarts:
+            restarts.append(state.restart_count)
+        if state.running:
+            if state.restart_count > restarts[0]:
+                raise HealthFailed(
+                    f"the server was restarted by the runtime during {phase} "
+                    f"(restart count {state.restart_count}): it crashed",
+                    phase=phase,
+                    log_tail=watch.tail(),
+                )
+            return
+        # a container that is created but not yet started is worth waiting for; anything
+        # else that is not running (exited, killed, gone, restarting) is not
+        if phase == "process" and not state.oom_killed and _STARTING.search(state.detail):
+            raise _NotYet(f"not running yet ({state.detail})")
+        what = "was killed for running out of memory" if state.oom_killed else "exited"
+        detail = f" ({state.detail})" if state.detail else ""
+        raise HealthFailed(
+            f"the server process {what} during {phase}{detail}",
+            phase=phase,
+            log_tail=watch.tail(),
+            hint="the log tail below shows why; `kctl logs` shows all of it",
+        )
+
+    def run_phase(phase: str, probe: Callable[[float], None], until: float) -> PhaseTiming:
+        t0 = clock()
+        attempts = 0
+        last = [""]
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            if progress is not None:
+                progress(HealthProgress(phase, clock() - start, spec.deadline_s, attempts, last[0]))
+            check_process(phase)
+            remaining = max(until - clock(), 0.01)
+            try:
+                probe(min(spec.request_timeout_s, remaining))
+            except _NotYet as exc:
+                last[0] = exc.detail
+                raise
+
+        def wait(rs: RetryCallState) -> float:
+            # backoff from poll/8 doubling to poll, never sleeping past the deadline
+            backoff = min(poll, poll / 8 * 2 ** (rs.attempt_number - 1))
+            return max(min(backoff, until - clock()), 0.0)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_NotYet),
+            stop=lambda rs: clock() >= until,
+            wait=wait,
+            sleep=sleep,
+            reraise=True,
+        )
+        try:
+            retrying(attempt)
+        except _NotYet as exc:
+            if phase == "kernel":
+                raise HealthFailed(
+                    "the server serves but never logged the kdtree kernel activation line "
+                    "(`kdtree-verify: active ...`) although the profile sets "
+                    "server.verify_kernel: kdtree",
+                    phase=phase,
+                    log_tail=watch.tail(),
+                    hint="is KDTREE_VERIFY=1 in server.env and the kernel package installed in "
+                    "the image? `kctl logs` shows the startup log",
+                ) from None
+            raise HealthFailed(
+                f"not healthy after {spec.deadline_s:g} s: stuck in phase '{phase}' ({exc.detail})",
+                phase=phase,
+                log_tail=watch.tail(),
+                hint="a slow model load needs a longer health.deadline_s",
+            ) from None
+        return PhaseTiming(phase, clock() - t0, attempts)
+
+    def process_up(_timeout: float) -> None:
+        return None  # check_process already raised _NotYet while it is not running
+
+    def kernel_logged(_timeout: float) -> None:
+        if watch.kernel_line is None:
+            raise _NotYet("no kdtree-verify line in the log yet")
+
+    phases: list[tuple[str, Callable[[float], None]]] = [
+        ("process", process_up),
+        ("port", lambda t: _port_open(probe_host, port, t)),
+        ("health", lambda t: _health_ok(probe_host, port, t)),
+    ]
+    if spec.require_generation:
+        phases.append(("generate", lambda t: _generation_ok(probe_host, port, t)))
+    timings = [run_phase(name, probe, deadline) for name, probe in phases]
+    if verify_kernel == "kdtree":
+        grace_end = min(deadline, clock() + KERNEL_LINE_GRACE_S)
+        timings.append(run_phase("kernel", kernel_logged, max(grace_end, clock())))
+    else:
+        with contextlib.suppress(_NotYet):
+            check_process("generate" if spec.require_generation else "health")
+    return HealthReport(
+        phases=tuple(timings),
+        total_s=clock() - start,
+        kernel_line=watch.kernel_line,
+        ready_line_seen=watch.ready,
+    )
