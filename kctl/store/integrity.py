@@ -15,6 +15,7 @@ HEADER_SIZE = 100
 
 def corrupt(path: Path, why: str) -> StoreCorrupt:
     """The one refusal message for a damaged store: the path, why, and the remedy."""
+    why = " ".join(why.split())  # quick_check answers span lines; the message is one
     return StoreCorrupt(
         f"{path}: the state store is corrupt ({why})",
         hint=(

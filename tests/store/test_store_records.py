@@ -154,13 +154,21 @@ def test_pointers_refuse_unknown_deployments(store: Store) -> None:
 
 def test_latest_measurement_picks_the_newest_fresh_one(store: Store, clock: FakeClock) -> None:
     dep = store.new_deployment("baseline", profile("triton-graphs", "h-base"))
-    store.save_measurement(deployment_id=dep.id, profile_hash="h-base", fingerprint="fp1", data={"n": 1})
+    store.save_measurement(
+        deployment_id=dep.id, profile_hash="h-base", fingerprint="fp1", data={"n": 1}
+    )
     t1 = clock.now
     clock.advance(100)
-    store.save_measurement(deployment_id=None, profile_hash="h-base", fingerprint="fp1", data={"n": 2})
+    store.save_measurement(
+        deployment_id=None, profile_hash="h-base", fingerprint="fp1", data={"n": 2}
+    )
     t2 = clock.now
-    store.save_measurement(deployment_id=None, profile_hash="h-base", fingerprint="fp2", data={"n": 3})
-    store.save_measurement(deployment_id=None, profile_hash="h-kdtree", fingerprint="fp1", data={"n": 4})
+    store.save_measurement(
+        deployment_id=None, profile_hash="h-base", fingerprint="fp2", data={"n": 3}
+    )
+    store.save_measurement(
+        deployment_id=None, profile_hash="h-kdtree", fingerprint="fp1", data={"n": 4}
+    )
 
     assert store.latest_measurement("h-base", "fp1", max_age_s=1000) == ({"n": 2}, t2)
     assert store.latest_measurement("h-base", "fp2", max_age_s=1000) == ({"n": 3}, t2)
