@@ -43,6 +43,9 @@ LABEL_PROFILE = "kctl.profile"
 LABEL_PROFILE_HASH = "kctl.profile-hash"
 LABEL_SPEC_HASH = "kctl.spec-hash"
 LABEL_PORT = "kctl.port"
+#: the state dir whose store knows the container: two kctl state dirs (a test's and the
+#: host's) never prune or reconcile each other's containers
+LABEL_OWNER = "kctl.owner"
 
 # SGLang's documented `docker run` sets --ulimit memlock=-1 --ulimit stack=67108864
 _ULIMITS = (
@@ -79,13 +82,14 @@ def spec_hash(spec: dict[str, Any]) -> str:
 
 
 def run_spec(
-    launch: LaunchSpec, runtime: RuntimeSpec, *, name: str | None = None
+    launch: LaunchSpec, runtime: RuntimeSpec, *, name: str | None = None, owner: str | None = None
 ) -> dict[str, Any]:
     """The keyword arguments of ``docker.containers.create`` for one serving container.
 
     A pure function: equal inputs give equal dicts. ``name`` defaults to
     :func:`container_name`. The container has no restart policy: a crash must surface at
-    once in the health check, not be hidden by a restart loop.
+    once in the health check, not be hidden by a restart loop. ``owner`` (the state dir)
+    becomes the ``kctl.owner`` label.
     """
     if launch.image is None:
         raise KctlError(
@@ -127,14 +131,20 @@ def run_spec(
             LABEL_PORT: str(launch.port),
         }
     )
+    if owner is not None:
+        labels[LABEL_OWNER] = owner
     spec["labels"] = labels
     labels[LABEL_SPEC_HASH] = spec_hash(spec)
     return spec
 
 
-def plan_run_spec(launch: LaunchSpec, profile: Profile) -> dict[str, Any]:
-    """What ``kctl plan`` shows: :func:`run_spec` with the profile's runtime section."""
-    return run_spec(launch, launch.runtime or profile.runtime)
+def plan_run_spec(
+    launch: LaunchSpec, profile: Profile, *, state_dir: Path | None = None
+) -> dict[str, Any]:
+    """What ``kctl plan`` shows: :func:`run_spec` with the profile's runtime section (and
+    the owner label of ``state_dir``, as :class:`DockerRuntime` adds it)."""
+    owner = str(Path(state_dir).resolve()) if state_dir is not None else None
+    return run_spec(launch, launch.runtime or profile.runtime, owner=owner)
 
 
 # -- engine access -----------------------------------------------------------------------
@@ -211,8 +221,9 @@ class DockerRuntime:
     A container's GPUs, shm size and volumes come from ``LaunchSpec.runtime`` (the
     profile's runtime section), else from ``runtime`` given here (else the defaults).
     ``client`` is an already connected docker client (tests); otherwise one is made on
-    first use. ``state_dir`` is accepted for symmetry with the local runtime; container
-    logs live in the engine.
+    first use. With ``state_dir``, containers carry ``kctl.owner=<state dir>`` and only
+    those are listed, reused and pruned (as the local runtime scopes by state dir);
+    without it, every ``kctl.managed`` container is this runtime's.
     """
 
     name = "docker"
@@ -225,6 +236,7 @@ class DockerRuntime:
         client: DockerClient | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.owner = str(Path(state_dir).resolve()) if state_dir is not None else None
         self.spec = runtime or RuntimeSpec()
         self._client = client
 
@@ -261,7 +273,7 @@ class DockerRuntime:
     def start(self, spec: LaunchSpec) -> Instance:
         """Restart a stopped kctl container with the same spec hash (and the same image),
         else create and start a new one. Does not wait for health."""
-        wanted = run_spec(spec, spec.runtime or self.spec)
+        wanted = run_spec(spec, spec.runtime or self.spec, owner=self.owner)
         wanted_hash = wanted["labels"][LABEL_SPEC_HASH]
         with engine_errors(f"start {wanted['name']}"):
             image_id = self.client.images.get(wanted["image"]).id
@@ -344,7 +356,7 @@ class DockerRuntime:
         """Every running container labelled ``kctl.managed=true``."""
         with engine_errors("list containers"):
             found = self.client.containers.list(
-                filters={"label": f"{LABEL_MANAGED}=true", "status": "running"}
+                filters={"label": self._owned_filter(), "status": "running"}
             )
             return [
                 self._instance(c, c.labels.get(LABEL_DEPLOYMENT, ""), reused=False) for c in found
@@ -374,7 +386,7 @@ class DockerRuntime:
             stopped = [
                 c
                 for c in self.client.containers.list(
-                    all=True, filters={"label": f"{LABEL_MANAGED}=true"}
+                    all=True, filters={"label": self._owned_filter()}
                 )
                 if _is_managed(c) and c.status in ("exited", "created", "dead")
             ]
@@ -396,12 +408,19 @@ class DockerRuntime:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def _owned_filter(self) -> list[str]:
+        """Label filters selecting this runtime's containers."""
+        wanted = [f"{LABEL_MANAGED}=true"]
+        if self.owner is not None:
+            wanted.append(f"{LABEL_OWNER}={self.owner}")
+        return wanted
+
     def _reusable(self, wanted_hash: str, image_id: str) -> Container | None:
         """The newest stopped kctl container with this spec hash that runs this very image
         (a forced rebuild re-tags: its old containers must not come back)."""
         found = self.client.containers.list(
             all=True,
-            filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_SPEC_HASH}={wanted_hash}"]},
+            filters={"label": [*self._owned_filter(), f"{LABEL_SPEC_HASH}={wanted_hash}"]},
         )
         stopped = [
             c
