@@ -1,0 +1,345 @@
+"""CPU tests of the SGLang integration's pure parts: log lines, versions, decisions, routing.
+
+No torch, no GPU, no SGLang: the router is driven with a fake kernel API and tensor stand-ins
+that carry only ``shape`` and ``dtype``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels/, for kdtree_mla
+
+from kdtree_mla.sglang import loglines, versions  # noqa: E402
+from kdtree_mla.sglang.eligibility import (  # noqa: E402
+    ACTIVE,
+    Decision,
+    ServerFacts,
+    call_refusal,
+    decide,
+)
+
+# The regexes kctl's health check uses, copied from the shared contract on purpose: if the
+# module's patterns drift from the contract, these tests fail.
+KCTL_ACTIVE = re.compile(r"kdtree-verify: active\b")
+KCTL_DECLINED = re.compile(r"kdtree-verify: declined\b")
+
+
+# --- log lines -------------------------------------------------------------------------------
+
+
+def test_active_line_matches_contract() -> None:
+    line = loglines.format_active("0.1.0", 90, "0.5.10")
+    assert line == "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_90 sglang=0.5.10"
+    assert KCTL_ACTIVE.search("2026-11-29 10:00:00 [TP0] " + line)
+    assert not KCTL_DECLINED.search(line)
+    m = loglines.ACTIVE_LINE_RE.search(line)
+    assert m and m.group("kernel") == "0.1.0" and m.group("arch") == "90"
+    assert m.group("sglang") == "0.5.10"
+
+
+def test_active_line_accepts_sm_prefix_and_rejects_garbage() -> None:
+    assert "arch=sm_120 " in loglines.format_active("0.1.0", "sm_120", "0.5.10")
+    with pytest.raises(ValueError):
+        loglines.format_active("0.1.0", "hopper", "0.5.10")
+
+
+def test_declined_line_matches_contract_and_is_one_clean_line() -> None:
+    line = loglines.format_declined('bad "thing"\n  on two lines', "0.5.8")
+    assert line == "kdtree-verify: declined reason=\"bad 'thing' on two lines\" sglang=0.5.8"
+    assert KCTL_DECLINED.search(line)
+    assert not KCTL_ACTIVE.search(line)
+    m = loglines.DECLINED_LINE_RE.search(line)
+    assert m and m.group("sglang") == "0.5.8"
+
+
+def test_empty_fields_never_break_the_line_shape() -> None:
+    line = loglines.format_declined("", "")
+    assert loglines.DECLINED_LINE_RE.search(line)
+    assert line.endswith("sglang=unknown")
+
+
+def test_module_patterns_equal_the_shared_contract() -> None:
+    assert KCTL_ACTIVE.pattern == loglines.ACTIVE_PATTERN
+    assert KCTL_DECLINED.pattern == loglines.DECLINED_PATTERN
+
+
+# --- versions --------------------------------------------------------------------------------
+
+
+def test_pinned_version_and_its_neighbour_are_supported() -> None:
+    layout = versions.layout_for("0.5.10")
+    assert layout is not None and layout.extend_positional == ("k_scale", "v_scale", "sm_scale")
+    old = versions.layout_for("0.5.9")
+    assert old is not None and old.extend_positional == ("sm_scale",)
+
+
+@pytest.mark.parametrize("version", [None, "0.5.8", "0.5.10.post1", "0.5.23", ""])
+def test_other_versions_are_declined(version: str | None) -> None:
+    assert versions.layout_for(version) is None
+    reason = versions.unsupported_reason(version)
+    assert "0.5.10" in reason and "0.5.9" in reason
+
+
+def test_installed_version_reads_distribution_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist = tmp_path / "sglang-0.5.10.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert versions.installed_version() == "0.5.10"
+
+
+# --- server decision -------------------------------------------------------------------------
+
+KIMI = ServerFacts(
+    sglang_version="0.5.10",
+    kernel_version="0.1.0",
+    kernel_error=None,
+    arch=120,
+    kernel_archs=(90, 120),
+    use_mla=True,
+    qk_head_dim=576,
+    v_head_dim=512,
+    kv_cache_dtype="torch.bfloat16",
+    page_size=1,
+    speculative=True,
+    num_draft_tokens=4,
+    num_heads=8,
+    sliding_window=False,
+    deterministic=False,
+    verify_backend="triton",
+)
+
+
+def test_kimi_k2_at_tp8_is_active() -> None:
+    assert decide(KIMI) == ACTIVE
+    assert decide(replace(KIMI, kernel_archs=None, arch=90)) == ACTIVE
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"kernel_error": "ImportError: no _C"}, "extension not usable: ImportError"),
+        ({"arch": None}, "no CUDA device"),
+        ({"arch": 100}, "built for sm_90,sm_120, this GPU is sm_100"),
+        ({"verify_backend": "fa3"}, "fa3 attention backend"),
+        ({"use_mla": False}, "not MLA"),
+        ({"qk_head_dim": 192, "v_head_dim": 128}, "q 192 / v 128"),
+        ({"kv_cache_dtype": "torch.float8_e4m3fn"}, "quantised KV cache"),
+        ({"page_size": 64}, "page size 64"),
+        ({"speculative": False}, "speculative decoding is off"),
+        ({"num_draft_tokens": 32}, "32 draft tokens"),
+        ({"num_heads": 12}, "12 query heads"),
+        ({"sliding_window": True}, "sliding-window"),
+        ({"deterministic": True}, "deterministic"),
+    ],
+)
+def test_each_unsupported_server_is_declined_with_its_reason(
+    change: dict[str, Any], words: str
+) -> None:
+    decision = decide(replace(KIMI, **change))
+    assert decision.active is False
+    assert words in decision.reason
+    # The reason survives the trip into a decline line intact.
+    assert words.replace('"', "'") in loglines.format_declined(decision.reason, "0.5.10")
+
+
+def test_decision_is_a_value() -> None:
+    assert Decision(False, "x") == Decision(False, "x")
+
+
+# --- per-call refusal ------------------------------------------------------------------------
+
+VERIFY_CALL: dict[str, Any] = dict(
+    q_shape=(16, 8, 576),
+    o_shape=(16, 8, 512),
+    kv_buffer_shape=(100_000, 1, 576),
+    kv_dtype="torch.bfloat16",
+    has_custom_mask=True,
+    is_causal=True,
+    logit_cap=0.0,
+    sliding_window_size=-1,
+    has_sinks=False,
+    has_window_offsets=False,
+    xai_temperature_len=-1,
+    k_scale=1.0,
+    v_scale=1.0,
+    max_tokens=64,
+    max_batch=16,
+    batch=4,
+)
+
+
+def test_verify_call_is_accepted() -> None:
+    assert call_refusal(**VERIFY_CALL) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"q_shape": (16, 8, 192)},
+        {"o_shape": (16, 8, 128)},
+        {"kv_buffer_shape": (100, 8, 576)},
+        {"kv_dtype": "torch.float8_e4m3fn"},
+        {"has_custom_mask": False},
+        {"logit_cap": 30.0},
+        {"sliding_window_size": 4096},
+        {"has_sinks": True},
+        {"xai_temperature_len": 8},
+        {"k_scale": 0.5},
+        {"q_shape": (65, 8, 576)},
+        {"batch": 17},
+    ],
+)
+def test_calls_the_kernel_cannot_serve_stay_on_sglang(change: dict[str, Any]) -> None:
+    assert call_refusal(**{**VERIFY_CALL, **change}) is not None
+
+
+# --- the router, with a fake kernel API ------------------------------------------------------
+
+
+class FakeTensor:
+    """Carries what the router reads: shape and dtype."""
+
+    def __init__(self, *shape: int, dtype: str = "torch.bfloat16") -> None:
+        self.shape = shape
+        self.dtype = dtype
+
+
+class FakeWorkspace:
+    def __init__(self, *, max_batch: int, max_tokens: int, num_heads: int, device: Any) -> None:
+        self.limits = SimpleNamespace(
+            max_batch=max_batch, max_tokens=max_tokens, num_heads=num_heads
+        )
+        self.device = device
+
+
+class FakeApi:
+    MAX_BATCH_LIMIT = 4096
+    VerifyWorkspace = FakeWorkspace
+
+    def __init__(self, with_plan: bool = False) -> None:
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.plans: list[tuple[Any, ...]] = []
+        if with_plan:
+            self.plan = self._plan
+
+    def extend_attention_fwd(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((args, kwargs))
+
+    def _plan(self, *args: Any) -> None:
+        self.plans.append(args)
+
+
+def make_router(layout_version: str = "0.5.10", api: FakeApi | None = None):  # type: ignore[no-untyped-def]
+    from kdtree_mla.sglang.patch import VerifyRouter
+
+    sglang_calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def original(*args: Any, **kwargs: Any) -> None:
+        sglang_calls.append((args, kwargs))
+
+    layout = versions.layout_for(layout_version)
+    assert layout is not None
+    router = VerifyRouter(
+        original=original,
+        layout=layout,
+        api=api or FakeApi(),
+        num_heads=8,
+        num_draft_tokens=4,
+        device="fake",
+        max_batch=16,
+    )
+    return router, sglang_calls
+
+
+def sglang_args(b: int = 4, d: int = 4, qk: int = 576, v: int = 512, scales: bool = True):  # type: ignore[no-untyped-def]
+    """The positional arguments TritonAttnBackend.forward_extend passes (0.5.10 or 0.5.9)."""
+    t = b * d
+    head = (
+        FakeTensor(t, 8, qk),
+        FakeTensor(t, 1, qk),
+        FakeTensor(t, 1, v),
+        FakeTensor(t, 8, v),
+        FakeTensor(1000, 1, qk),
+        FakeTensor(1000, 1, v),
+        FakeTensor(b + 1, dtype="torch.int32"),
+        FakeTensor(b + 1, dtype="torch.int32"),
+        FakeTensor(50, dtype="torch.int64"),
+        FakeTensor(200, dtype="torch.bool"),
+        True,
+        FakeTensor(b + 1, dtype="torch.int64"),
+        d,
+    )
+    tail = (1.0, 1.0, 0.125) if scales else (0.125,)
+    kwargs = dict(
+        logit_cap=0.0,
+        sliding_window_size=-1,
+        sinks=None,
+        window_kv_offsets=None,
+        xai_temperature_len=-1,
+    )
+    return head + tail, kwargs
+
+
+def test_router_leaves_non_verify_steps_on_sglang() -> None:
+    router, sglang_calls = make_router()
+    args, kwargs = sglang_args()
+    router(*args, **kwargs)  # no step begun
+    router.begin_step(False)
+    router(*args, **kwargs)
+    assert len(sglang_calls) == 2 and router.api.calls == []
+    assert sglang_calls[0] == (args, kwargs)  # untouched
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.9"])
+def test_router_sends_verify_calls_to_the_kernel_with_the_right_scale(version: str) -> None:
+    router, sglang_calls = make_router(version)
+    args, kwargs = sglang_args(scales=version == "0.5.10")
+    router.begin_step(True)
+    router(*args, **kwargs)
+    assert sglang_calls == []
+    ((call_args, call_kwargs),) = router.api.calls
+    assert call_args[:13] == args[:13]
+    assert call_args[13] == 0.125  # sm_scale, wherever the version put it
+    assert call_kwargs == {"workspace": router.workspace}
+    assert router.kernel_calls == 1
+
+
+def test_router_falls_back_per_call() -> None:
+    router, sglang_calls = make_router()
+    router.begin_step(True)
+    args, kwargs = sglang_args()
+    router(*args, **{**kwargs, "logit_cap": 30.0})
+    router(*sglang_args(qk=192, v=128)[0], **kwargs)
+    router(*sglang_args(b=17)[0], **kwargs)  # more than the workspace holds
+    assert len(sglang_calls) == 3 and router.api.calls == []
+    assert len(router.refusals) == 3
+
+
+def test_router_sizes_the_workspace_for_the_maximum_once_and_grows_before_capture() -> None:
+    router, _ = make_router()
+    first = router.workspace
+    assert (first.limits.max_batch, first.limits.max_tokens) == (16, 64)
+    router.ensure_capacity(8)
+    assert router.workspace is first
+    router.ensure_capacity(32)
+    assert router.workspace.limits.max_batch == 32 and router.workspace.limits.max_tokens == 128
+
+
+def test_router_plans_once_per_step_when_the_api_can() -> None:
+    api = FakeApi(with_plan=True)
+    router, _ = make_router(api=api)
+    router.plan("qo", "kv")
+    assert api.plans == [(router.workspace, "qo", "kv")]
+    plain, _ = make_router()
+    plain.plan("qo", "kv")  # no plan in the API: nothing to do, no error
