@@ -69,6 +69,8 @@ class Calibration:
             return rows[-1].tokens_per_second
         i = bisect.bisect_right(xs, ctx)
         lo, hi = rows[i - 1], rows[i]
+        if lo.context_tokens == ctx:
+            return lo.tokens_per_second
         # speed falls roughly as a power of context: a straight line in log-log space
         t = (math.log(ctx) - math.log(lo.context_tokens)) / (
             math.log(hi.context_tokens) - math.log(lo.context_tokens)
