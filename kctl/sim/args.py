@@ -36,6 +36,7 @@ class ServerArgs:
     mem_fraction_static: float | None = None
     trust_remote_code: bool = False
     kv_cache_dtype: str = "auto"
+    page_size: int = 1
     dtype: str = "auto"
     context_length: int | None = None
     chunked_prefill_size: int | None = None
@@ -122,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     a("--mem-fraction-static", dest="mem_fraction_static", type=float)
     a("--trust-remote-code", dest="trust_remote_code", action="store_true")
     a("--kv-cache-dtype", dest="kv_cache_dtype", default="auto")
+    a("--page-size", dest="page_size", type=int, default=1)
     a("--dtype", default="auto")
     a("--context-length", dest="context_length", type=int)
     a("--chunked-prefill-size", dest="chunked_prefill_size", type=int)

@@ -1,9 +1,13 @@
 """Which verify-attention path the simulated server runs, and the kernel activation log
 line it prints, under the same conditions as the real SGLang startup hook (issue 5):
 
-- ``KDTREE_VERIFY`` unset/false: no line, SGLang's Triton path.
-- set, and verify runs on the triton backend with a bf16 KV cache: the *active* line, kdtree path.
-- set, otherwise (or the ``kernel_declined`` fault): the *declined* line, Triton path.
+- ``KDTREE_VERIFY`` not exactly ``1``: no line, SGLang's Triton path.
+- ``1``, and there is a target-verify step on the triton backend (speculative decoding on,
+  1..16 draft tokens, bf16 KV cache, page size 1): the *active* line, kdtree path.
+- ``1``, otherwise (or the ``kernel_declined`` fault): the *declined* line, Triton path.
+
+The conditions and reasons mirror ``kdtree_mla.sglang.eligibility.decide`` for what a
+launch command can show (the GPU and model checks always pass here).
 
 The line formats are a shared contract; kctl's health check matches
 ``kdtree-verify: active\\b`` and ``kdtree-verify: declined\\b``.
@@ -23,6 +27,8 @@ KERNEL_VERSION = "0.1.0"
 ARCH = "sm_120"
 #: KV cache dtypes on which the kernel serves (MLA bf16 cache; quantised caches stay on SGLang)
 BF16_KV_DTYPES = ("auto", "bf16", "bfloat16")
+#: most draft tokens per request the kernel takes
+MAX_DRAFT = 16
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,17 @@ def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
     if settings.has("kernel_declined"):
         reason = "simulated decline (KCTL_SIM_FAULT=kernel_declined)"
     elif backend != "triton":
-        reason = f"verify attention backend is {backend}, the kernel patches only triton"
+        reason = f"target verify runs on the {backend} attention backend, not triton"
     elif args.kv_cache_dtype not in BF16_KV_DTYPES:
-        reason = f"kv cache dtype {args.kv_cache_dtype} is not bf16"
+        reason = f"KV cache dtype {args.kv_cache_dtype} is not bf16 (quantised KV cache)"
+    elif args.page_size != 1:
+        reason = f"page size {args.page_size}, the kernel needs page size 1"
+    elif not args.speculative:
+        reason = "speculative decoding is off: there is no target-verify step"
+    elif not 1 <= args.num_draft_tokens <= MAX_DRAFT:
+        reason = (
+            f"{args.num_draft_tokens} draft tokens per request, the kernel takes 1..{MAX_DRAFT}"
+        )
     if reason is not None:
         return VerifyChoice(
             path="triton", line=declined_line(reason, version), declined_reason=reason

@@ -121,7 +121,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         fatal_line=env.get("KCTL_SIM_FATAL_LINE") or DEFAULT_FATAL_LINE,
         noise=_float(env, "KCTL_SIM_NOISE", 0.0, 0.0),
         seed=seed,
-        kdtree_verify=_bool(env, "KDTREE_VERIFY", False),
+        # the real startup hook turns on for exactly "1" (kdtree_mla._startup.enabled)
+        kdtree_verify=env.get("KDTREE_VERIFY", "") == "1",
         health_generation=_bool(env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True),
         health_check_timeout_s=_float(env, "SGLANG_HEALTH_CHECK_TIMEOUT", 20.0, 0.0),
         sglang_version=env.get("KCTL_SIM_SGLANG_VERSION") or DEFAULT_SGLANG_VERSION,

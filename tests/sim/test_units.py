@@ -77,7 +77,7 @@ def test_settings_from_env() -> None:
         ({"KCTL_SIM_SPEEDUP": "0"}, "KCTL_SIM_SPEEDUP"),
         ({"KCTL_SIM_SPEEDUP": "fast"}, "must be a number"),
         ({"KCTL_SIM_NOISE": "-1"}, "KCTL_SIM_NOISE"),
-        ({"KDTREE_VERIFY": "maybe"}, "KDTREE_VERIFY"),
+        ({"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "maybe"}, "HEALTH_ENDPOINT"),
         ({"KCTL_SIM_SEED": "x"}, "KCTL_SIM_SEED"),
     ],
 )
@@ -91,12 +91,26 @@ def _choose(argv: list[str], env: dict[str, str]) -> kernel.VerifyChoice:
     return kernel.choose(sim_args.parse(argv), settings.from_env(env))
 
 
+def test_no_speculative_decoding_declines() -> None:
+    c = _choose([], {"KDTREE_VERIFY": "1"})
+    assert c.path == "triton" and c.declined_reason is not None
+    assert "speculative decoding is off" in c.declined_reason
+
+
 def test_no_kernel_env_no_line() -> None:
     assert _choose([], {}) == kernel.VerifyChoice("triton", None)
 
 
+SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "4"]
+
+
+def test_only_exactly_1_turns_the_kernel_on() -> None:
+    for value in ("true", "yes", "0", ""):
+        assert _choose(SPEC, {"KDTREE_VERIFY": value}).line is None
+
+
 def test_kernel_active_on_triton() -> None:
-    c = _choose(["--attention-backend", "triton"], {"KDTREE_VERIFY": "1"})
+    c = _choose(["--attention-backend", "triton", *SPEC], {"KDTREE_VERIFY": "1"})
     assert c.path == "kdtree"
     assert c.line == "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10"
 
@@ -104,13 +118,15 @@ def test_kernel_active_on_triton() -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "reason"),
     [
-        (["--attention-backend", "flashinfer"], {}, "backend is flashinfer"),
+        (["--attention-backend", "flashinfer"], {}, "on the flashinfer attention backend"),
         (["--kv-cache-dtype", "fp8_e4m3"], {}, "fp8_e4m3"),
+        (["--page-size", "16"], {}, "page size 16"),
+        (["--speculative-num-draft-tokens", "32"], {}, "32 draft tokens"),
         ([], {"KCTL_SIM_FAULT": "kernel_declined"}, "simulated decline"),
     ],
 )
 def test_kernel_declines(argv: list[str], env: dict[str, str], reason: str) -> None:
-    c = _choose(argv, {"KDTREE_VERIFY": "1", **env})
+    c = _choose([*SPEC, *argv], {"KDTREE_VERIFY": "1", **env})
     assert c.path == "triton"
     assert c.line is not None and c.line.startswith('kdtree-verify: declined reason="')
     assert reason in c.line and c.line.endswith("sglang=0.5.10")
