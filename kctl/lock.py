@@ -59,6 +59,10 @@ def _iso_utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _optional(convert: Callable[[Any], Any], value: Any) -> Any:
+    return None if value is None else convert(value)
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks since boot) from /proc; None where
     /proc is not available or the process is gone."""
@@ -102,26 +106,26 @@ def _why_dead(pid: int, recorded_start: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class LockInfo:
-    """Who holds the deploy lock, and whether it is stale."""
+    """Who holds the deploy lock, and whether it is stale. An unreadable lock file has
+    ``readable=False`` and only ``path`` and its modification time are real."""
 
     path: str
-    pid: int
-    host: str
     started_at: str
     started_ts: float
-    command: str
-    deployment_id: str | None
-    kctl_version: str
+    pid: int = 0
+    host: str = "?"
+    command: str = "?"
+    deployment_id: str | None = None
+    kctl_version: str = "?"
     #: /proc start time of ``pid`` when the lock was taken; None off Linux
-    pid_start: int | None
+    pid_start: int | None = None
     #: random per acquisition; tells this holder's lock from a later one
-    token: str
+    token: str = ""
     #: True when it was taken on this host
     local: bool = True
     #: True when its holder is certainly gone (only ever for a local lock)
     stale: bool = False
     stale_reason: str | None = None
-    #: False when the file could not be parsed; then only path and started_ts are real
     readable: bool = True
 
     def age_s(self, now: float) -> float:
@@ -189,33 +193,18 @@ class DeployLock:
             data = json.loads(raw)
             info = LockInfo(
                 path=str(self.path),
-                pid=int(data["pid"]),
-                host=str(data["host"]),
                 started_at=str(data["started_at"]),
                 started_ts=float(data["started_ts"]),
+                pid=int(data["pid"]),
+                host=str(data["host"]),
                 command=str(data["command"]),
-                deployment_id=None
-                if data.get("deployment_id") is None
-                else str(data["deployment_id"]),
+                deployment_id=_optional(str, data.get("deployment_id")),
                 kctl_version=str(data.get("kctl_version", "?")),
-                pid_start=None if data.get("pid_start") is None else int(data["pid_start"]),
+                pid_start=_optional(int, data.get("pid_start")),
                 token=str(data["token"]),
             )
         except (ValueError, KeyError, TypeError):
-            return LockInfo(
-                path=str(self.path),
-                pid=0,
-                host="?",
-                started_at=_iso_utc(mtime),
-                started_ts=mtime,
-                command="?",
-                deployment_id=None,
-                kctl_version="?",
-                pid_start=None,
-                token="",
-                local=False,
-                readable=False,
-            )
+            return LockInfo(str(self.path), _iso_utc(mtime), mtime, local=False, readable=False)
         if info.host != self.host:
             return replace(info, local=False)
         why = _why_dead(info.pid, info.pid_start)
@@ -305,23 +294,21 @@ class DeployLock:
             )
         return LockHeld(message, hint=hint)
 
-    def _payload(self, info: LockInfo) -> bytes:
+    @staticmethod
+    def _write_new(path: Path, info: LockInfo) -> None:
+        """Create ``path`` exclusively with the whole JSON, fsynced; FileExistsError if
+        it exists."""
         fields = ("pid", "host", "started_at", "started_ts", "command", "deployment_id")
-        data = {k: getattr(info, k) for k in fields}
-        data |= {
-            "kctl_version": info.kctl_version,
-            "pid_start": info.pid_start,
-            "token": info.token,
-        }
-        return (json.dumps(data, indent=2) + "\n").encode()
+        data = {k: getattr(info, k) for k in (*fields, "kctl_version", "pid_start", "token")}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write((json.dumps(data, indent=2) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
 
     def _write_temp(self, info: LockInfo) -> Path:
         tmp = self.state_dir / f".lock.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self._payload(info))
-            f.flush()
-            os.fsync(f.fileno())
+        self._write_new(tmp, info)
         return tmp
 
     def _create(self, info: LockInfo) -> bool:
@@ -344,13 +331,9 @@ class DeployLock:
         # Without hard links: O_EXCL on the lock itself. A reader may briefly see it
         # empty; it then reports it unreadable rather than breaking it.
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._write_new(self.path, info)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(self._payload(info))
-            f.flush()
-            os.fsync(f.fileno())
         self._sync_dir()
         return True
 
