@@ -256,7 +256,12 @@ def build_profile(
         _Builder(problems).value(str, data["name"], ("name",))
     fixed = {"name": name, "source": source, "baseline": baseline, "content_hash": ""}
     profile = _Builder(problems).dataclass(Profile, body, (), fixed=fixed)
-    if profile is INVALID or problems:
+    if profile is INVALID:
+        return None
+    if not profile.server.model_path and "server.model_path" not in problems.bad:
+        # the model's default is "" so that the dataclass can be built; a file must say it
+        problems.add(("server", "model_path"), RULES["server.model_path"][1], "")
+    if problems:
         return None
     _cross_checks(profile, problems)
     return None if problems else profile
