@@ -261,11 +261,36 @@ def lock_release(force: bool = typer.Option(False, "--force", help="Release a li
     _emit("lock release", {"released": True}, "lock released")
 
 
+_GLOBAL_FLAGS = ("--json", "--verbose", "-v", "--simulate")
+
+
+def hoist_globals(args: list[str]) -> list[str]:
+    """Global options are accepted anywhere (`kctl deploy x.yaml --simulate`): move them in
+    front of the command, where the parser expects them. Stops at `--`."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest += args[i:]
+            break
+        if a in _GLOBAL_FLAGS or a.startswith("--state-dir="):
+            front.append(a)
+        elif a == "--state-dir" and i + 1 < len(args):
+            front += [a, args[i + 1]]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps errors to one line and an exit code."""
     from kctl.render import envelope
 
-    args = sys.argv[1:] if argv is None else argv
+    args = hoist_globals(sys.argv[1:] if argv is None else list(argv))
     command = next((a for a in args if not a.startswith("-")), "")
     try:
         # standalone_mode=False: click returns an Exit's code instead of raising it

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
+from kctl.controller.deploy import _with_note
 from kctl.controller.recover import serving_now
 from kctl.errors import PreconditionFailed
 
@@ -53,6 +54,7 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
         plan_workload(gate_profile.gate),
         fingerprint=fp,
         progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
+        clock=ctx.gate_clock(serving_profile),
     )
     store.save_measurement(
         deployment_id=dep.id,
@@ -71,7 +73,7 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
         if stored is not None:
             verdict = judge(Measurement.from_dict(stored[0]), meas, gate_profile.gate.policy)
             result.compared_with = base.name
-            result.table = render_table(verdict)
+            result.table = _with_note(ctx, serving_profile, render_table(verdict))
             result.verdict = verdict.to_dict()
         else:
             result.warnings.append(

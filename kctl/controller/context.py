@@ -63,6 +63,15 @@ class Context:
         """Simulated runs keep their own namespace and never touch a real deployment."""
         return self.state_root / "simulate" if self.simulate else self.state_root
 
+    def gate_clock(self, profile: Profile) -> Callable[[], float]:
+        """The clock the gate times requests with. Simulated servers run time-compressed by
+        the profile's speed-up, so their clock is stretched back: rates, TTFTs and gate
+        timings then read at real-time scale, comparable with the calibration figures."""
+        if not self.simulate:
+            return self.monotonic
+        speedup = profile.simulator.speedup
+        return lambda: self.monotonic() * speedup
+
     def open_store(self, *, read_only: bool = False) -> Store:
         from kctl.store import Store
 

@@ -205,12 +205,13 @@ class _Deploy:
                 base_meas,
                 self.candidate.gate.policy,
                 progress=self._gate_progress,
+                clock=self.ctx.gate_clock(self.candidate),
             )
         gate_dict = result.to_dict()
         self.store.save_gate_result(self.dep_id, gate_dict)
         from kctl.gate import render_table
 
-        table = render_table(result.verdict)
+        table = _with_note(self.ctx, self.candidate, render_table(result.verdict))
         verdict = result.verdict.verdict
         reason = result.verdict.reason
         promote = verdict == "PASS" or (
@@ -287,7 +288,11 @@ class _Deploy:
             owner = base_id
         with self.timer.phase("baseline_measure"):
             meas = measure(
-                common.endpoint_of(base), workload, fingerprint=fp, progress=self._gate_progress
+                common.endpoint_of(base),
+                workload,
+                fingerprint=fp,
+                progress=self._gate_progress,
+                clock=self.ctx.gate_clock(self.candidate),
             )
         self.store.save_measurement(
             deployment_id=owner, profile_hash=base.content_hash, fingerprint=fp, data=meas.to_dict()
@@ -362,6 +367,7 @@ class _Deploy:
                 self._workload(),
                 fingerprint=fp,
                 progress=self._gate_progress,
+                clock=self.ctx.gate_clock(self.candidate),
             )
         self.store.save_measurement(
             deployment_id=self.dep_id,
@@ -412,7 +418,9 @@ class _Deploy:
     def _fail(self, exc: BaseException, guard: InterruptGuard) -> DeployResult:
         reason, gate, table = _describe(exc)
         if self.stage == "baseline" and self.baseline is not None:
-            reason = f"baseline {self.baseline.name} could not be brought up to measure it: {reason}"
+            reason = (
+                f"baseline {self.baseline.name} could not be brought up to measure it: {reason}"
+            )
         if not self.changed:
             self.store.update_deployment(
                 self.dep_id,
@@ -539,6 +547,16 @@ class _Deploy:
                 timings=self.timer.total(),
             )
         # the journal stays open on purpose: `kctl status` reports it, `kctl rollback` resolves it
+
+
+def _with_note(ctx: Context, profile: Profile, table: str) -> str:
+    if not ctx.simulate:
+        return table
+    note = (
+        f"SIMULATED (kctl.sim, time compressed {profile.simulator.speedup:g}x; "
+        "rates and timings shown at real-time scale)"
+    )
+    return f"{note}\n{table}"
 
 
 class _GateRejected(Exception):

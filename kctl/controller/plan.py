@@ -94,14 +94,15 @@ def _estimate(workload: Any, profile: Any, simulate: bool) -> float:
 
     cal = load_calibration()
     path = "kdtree" if profile.server.verify_kernel == "kdtree" else "triton"
-    rates = {
-        c: cal.decode_tps(path, profile.server.cuda_graphs, c) for c in profile.gate.contexts
-    }
+    rates = {c: cal.decode_tps(path, profile.server.cuda_graphs, c) for c in profile.gate.contexts}
     seconds = float(estimate_duration(workload, rates))
     return seconds / profile.simulator.speedup if simulate else seconds
 
 
 def _count(workload: Any) -> int:
-    return len(workload.warmups) + len(workload.measured) + len(workload.concurrent) + len(
-        workload.probes
+    return (
+        len(workload.warmups)
+        + len(workload.measured)
+        + len(workload.concurrent)
+        + len(workload.probes)
     )

@@ -114,7 +114,10 @@ def status(ctx: Context) -> StatusReport:
                 "reason": gate_dep.reason,
                 "timings": gate_dep.timings,
             }
-            report.last_gate_table = _table_from(data)
+            table = _table_from(data)
+            if table and ctx.simulate:
+                table = "SIMULATED (rates and timings at real-time scale)\n" + table
+            report.last_gate_table = table
         latest = store.list_deployments(limit=1)
         if latest and latest[0].status in ("degraded", "aborted"):
             report.degraded = (

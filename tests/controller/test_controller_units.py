@@ -109,3 +109,13 @@ def test_rollback_without_known_good_is_a_precondition(
 ) -> None:
     assert main(["--state-dir", str(tmp_path), "--simulate", "rollback"]) == 5
     assert "no known-good baseline" in capsys.readouterr().err
+
+
+def test_global_options_are_accepted_anywhere() -> None:
+    from kctl.cli import hoist_globals
+
+    assert hoist_globals(["deploy", "p.yaml", "--simulate", "--state-dir", "s", "--json"]) == [
+        "--simulate", "--state-dir", "s", "--json", "deploy", "p.yaml",
+    ]
+    assert hoist_globals(["logs", "--state-dir=x", "-n", "5"]) == ["--state-dir=x", "logs", "-n", "5"]
+    assert hoist_globals(["validate", "--", "--json"]) == ["validate", "--", "--json"]
