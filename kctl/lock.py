@@ -219,7 +219,13 @@ class DeployLock:
         user typed it (``kctl deploy profiles/x.yaml``). Raises :class:`LockHeld` when a
         live kctl, another host's kctl, or an unreadable file holds it; takes over a stale
         lock of this host and reports it in ``HeldLock.takeover_warning``."""
-        held = self._acquire(command, deployment_id)
+        try:
+            held = self._acquire(command, deployment_id)
+        except OSError as exc:
+            raise StoreError(
+                f"{self.path}: cannot write the deploy lock ({exc.strerror or exc})",
+                hint="pass a writable --state-dir, or fix the directory's permissions",
+            ) from exc
         try:
             yield held
         finally:
@@ -286,7 +292,10 @@ class DeployLock:
             )
         message = f"another kctl holds the deploy lock: {existing.describe(now)}"
         if existing.local:
-            hint = "wait for it to finish, or if you are sure it is not running: kctl lock release --force"
+            hint = (
+                "wait for it to finish, or if you are sure it is not running: "
+                "kctl lock release --force"
+            )
         else:
             hint = (
                 "it runs on another host, so kctl never breaks it itself; wait for it, "

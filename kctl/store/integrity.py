@@ -98,7 +98,8 @@ def check_contents(conn: sqlite3.Connection, path: Path) -> int:
         raise corrupt(path, "a SQLite database, but not a kctl state store")
     if version > schema.SCHEMA_VERSION:
         raise StoreError(
-            f"{path}: written by a newer kctl (schema {version} > {schema.SCHEMA_VERSION}); upgrade kctl",
+            f"{path}: written by a newer kctl "
+            f"(schema {version} > {schema.SCHEMA_VERSION}); upgrade kctl",
             hint="kctl leaves the file untouched",
         )
     if version < 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kctl.errors import LockHeld
+from kctl.errors import LockHeld, StoreError
 from kctl.lock import DeployLock, format_age, process_start_ticks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -371,3 +372,29 @@ def test_format_age() -> None:
         "1d00h",
         "1d03h",
     ]
+
+
+def test_unwritable_state_dir_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    lock = DeployLock(blocker / "state")
+    with (
+        pytest.raises(StoreError, match="cannot create the state directory"),
+        lock.acquire("kctl deploy x.yaml"),
+    ):
+        pytest.fail("acquired in an unusable directory")
+
+
+def test_filesystems_without_hard_links(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    lock = DeployLock(state_dir)
+    with lock.acquire("kctl deploy x.yaml"):
+        info = lock.inspect()
+        assert info is not None and info.pid == os.getpid() and info.readable
+        with pytest.raises(LockHeld), DeployLock(state_dir).acquire("kctl deploy y.yaml"):
+            pytest.fail("acquired twice")
+        assert lock_files(state_dir) == ["lock"]
+    assert lock.inspect() is None
