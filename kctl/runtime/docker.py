@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import re
 import socket
 from collections.abc import Collection, Iterator
@@ -154,6 +155,7 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
     """A docker client that has answered a ping; RuntimeUnavailable (exit 5) otherwise."""
     import docker  # lazy: not on the `kctl --help` path
 
+    _probe_unix_socket(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))
     except Exception as exc:  # DockerException or a requests error: both mean "no engine"
@@ -168,6 +170,23 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
             f"docker engine not reachable: {_short(exc)}", hint=REMEDY
         ) from exc
     return client
+
+
+def _probe_unix_socket(host: str) -> None:
+    """Fail with the OS's reason (missing socket, permission) before the SDK tries: the
+    SDK leaks the socket of a failed unix connect, and its message hides the cause."""
+    if not host.startswith("unix://"):
+        return
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise RuntimeUnavailable(
+                f"docker engine not reachable at {host}: {reason}", hint=REMEDY
+            ) from exc
 
 
 def _short(exc: BaseException) -> str:

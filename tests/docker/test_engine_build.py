@@ -1,0 +1,97 @@
+"""Real image builds on a real engine: the simulator serving image FROM the debootstrap base."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kctl.errors import BuildFailed
+from kctl.image import BuildProgress, build_context, build_image, ensure_image, image_labels
+
+from .conftest import load
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+pytestmark = pytest.mark.docker
+
+
+def test_build_skip_when_unchanged_and_forced_rebuild(
+    engine: DockerClient, profiles: Path, tmp_path: Path
+) -> None:
+    profile = load(profiles / "baseline.yaml")
+    ctx = build_context(profile, Path("."))
+    state = tmp_path / "state"
+    events: list[BuildProgress] = []
+
+    first = build_image(ctx, state_dir=state, client=engine, rebuild=True, progress=events.append)
+    assert first.built and first.tag == ctx.tag
+    assert first.log_path is not None and "Successfully built" in first.log_path.read_text()
+    steps = {e.step for e in events}
+    assert "Step 1/5" in steps and "Step 5/5" in steps
+    assert all(e.elapsed_s >= 0 for e in events)
+    assert image_labels(engine, ctx.tag) == {
+        "kctl.profile": "baseline",
+        "kctl.cuda-archs": "none",
+        "kctl.version": "0.1.0.dev0",
+        "kctl.source-hash": ctx.source_hash,
+    }
+
+    again = build_image(ctx, state_dir=state, client=engine)
+    assert not again.built and again.image_id == first.image_id and again.log_path is None
+
+    messages: list[str] = []
+    tag = ensure_image(
+        profile, repo_root=Path("."), state_dir=state, client=engine, progress=messages.append
+    )
+    assert tag == ctx.tag and messages == [f"image {ctx.tag} is up to date; not rebuilt"]
+
+    forced = build_image(ctx, state_dir=state, client=engine, rebuild=True)
+    assert forced.built
+    # --rebuild bypasses the layer cache: the RUN step ran again
+    assert forced.log_path is not None and "Using cache" not in forced.log_path.read_text()
+
+
+def test_the_image_runs_the_unchanged_sglang_command(engine: DockerClient, profiles: Path) -> None:
+    tag = ensure_image(
+        load(profiles / "baseline.yaml"), repo_root=Path("."), state_dir=profiles, client=engine
+    )
+    out = engine.containers.run(
+        tag,
+        ["python3", "-c", "import sglang, kctl.sim; print(sglang.__version__)"],
+        remove=True,
+        network_mode="none",
+    )
+    assert out.decode().strip() == "0.5.10"
+
+
+def test_failed_build_names_the_step_and_changes_nothing(
+    engine: DockerClient, profiles: Path, tmp_path: Path
+) -> None:
+    import docker.errors
+
+    good = build_context(load(profiles / "baseline.yaml"), Path("."))
+    bad = dataclasses.replace(
+        good,
+        dockerfile=good.dockerfile
+        + 'RUN echo "kctl-test: compiling" && echo "nvcc fatal" >&2 && exit 3\n',
+        tag=good.tag.split(":")[0] + ":brokenbuild0",
+    )
+    with pytest.raises(BuildFailed) as err:
+        build_image(bad, state_dir=tmp_path, client=engine, rebuild=True)
+    message = str(err.value)
+    assert "failed at Step 6/6 (RUN echo" in message
+    assert "returned a non-zero code: 3" in message
+    assert "nvcc fatal" in message  # the last log lines are quoted
+    assert err.value.exit_code == 5
+    assert "the running service was not touched" in message
+    with pytest.raises(docker.errors.ImageNotFound):
+        engine.images.get(bad.tag)
+    # the intermediate container of the failed step was removed
+    leftovers = engine.containers.list(all=True, filters={"status": "exited"})
+    assert not [
+        c for c in leftovers if "kctl-test: compiling" in " ".join(c.attrs["Config"]["Cmd"] or [])
+    ]
