@@ -121,9 +121,9 @@ class SglangHook:
             sys.meta_path.insert(0, self.finder)
         for name in (TOP, TRITON_BACKEND, MODEL_RUNNER):
             module = sys.modules.get(name)
-            callback = self.finder.callbacks.pop(name, None)
-            if module is not None and callback is not None:
-                _run_guarded(callback, module)
+            if module is None or name not in self.finder.callbacks:
+                continue
+            _run_guarded(self.finder.callbacks.pop(name), module)
 
     def uninstall(self) -> None:
         """Remove the finder; modules already patched stay patched."""
