@@ -424,7 +424,7 @@ class DeployLock:
             if current.token != info.token:
                 raise LockHeld(
                     f"the deploy lock {self.path} changed hands while releasing it",
-                    hint="inspect it again with `kctl lock`",
+                    hint="inspect it again with `kctl lock show`",
                 )
             self.path.unlink(missing_ok=True)
         return info
