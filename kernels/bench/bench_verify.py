@@ -1,0 +1,241 @@
+"""Benchmark of the verify kernel per the issue's Performance section (run on the device).
+
+One run measures, on the same GPU:
+  * device-to-device copy bandwidth (bytes read + written over time, torch copy_ of 2 GiB),
+  * bf16 mma.sync m16n8k16 throughput (a register-only CuPy/NVRTC microbenchmark),
+  * per verify call: our kernel in a CUDA graph and eager, SGLang's Triton extend kernel
+    (target-verify arguments) in a graph and eager when its wheel is in kernels/.whl,
+  * the host path of one eager call (Python to launch, no sync).
+Each case cycles over distinct per-layer KV pools (>= 4x L2 in total) so the L2 cannot hold
+the KV between calls of the same layer. Times are medians over many repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from kdtree_mla import api  # noqa: E402
+from kdtree_mla.inputs import make_inputs  # noqa: E402
+from triton_ref import load_extend_attention  # noqa: E402
+
+DEFAULT_CASES = [
+    # B, H, D, prefix
+    (1, 8, 4, 5700),
+    (1, 8, 4, 23000),
+    (1, 8, 4, 91000),
+    (8, 8, 4, 91000),
+    (1, 64, 4, 23000),
+    (1, 64, 4, 91000),
+    (32, 8, 4, 5700),
+]
+
+
+def events_ms(fn, reps: int, inner: int = 1) -> list[float]:
+    """Per-repetition device time (ms) of `inner` calls of fn, timed with CUDA events."""
+    out = []
+    for _ in range(reps):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(inner):
+            fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) / inner)
+    return out
+
+
+def copy_bandwidth() -> float:
+    n = 2 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    ms = statistics.median(events_ms(lambda: dst.copy_(src), 20))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (ms * 1e-3)  # bytes/s, read + write
+
+
+MMA_SRC = r"""
+extern "C" __global__ void mma_loop(float* out, int iters) {
+  unsigned t = threadIdx.x + blockIdx.x * 977u;
+  unsigned a[4], b0, b1;
+  for (int i = 0; i < 4; ++i) a[i] = (0x3F80u | ((t * 7u + i) & 0x3Fu)) * 0x10001u;
+  b0 = (0x3F00u | ((t * 5u) & 0x3Fu)) * 0x10001u;
+  b1 = (0x3F00u | ((t * 3u) & 0x3Fu)) * 0x10001u;
+  float acc[8][4];
+  for (int j = 0; j < 8; ++j) for (int c = 0; c < 4; ++c) acc[j][c] = 0.f;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                   : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  float s = 0.f;
+  for (int j = 0; j < 8; ++j) for (int c = 0; c < 4; ++c) s += acc[j][c];
+  if (s == 1234.5f) out[0] = s;
+}
+"""
+
+
+def mma_throughput() -> tuple[float | None, str]:
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        return None, f"cupy missing: {exc}"
+    major, minor = torch.cuda.get_device_capability()
+    kern = cp.RawKernel(MMA_SRC, "mma_loop", options=(f"--gpu-architecture=sm_{major}{minor}",))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = cp.zeros(1, dtype=cp.float32)
+    blocks, threads, iters = sms * 8, 256, 4096
+    best = []
+    with cp.cuda.Device(torch.cuda.current_device()):
+        kern((blocks,), (threads,), (out, cp.int32(iters)))
+        cp.cuda.runtime.deviceSynchronize()
+        for _ in range(10):
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            s.record()
+            kern((blocks,), (threads,), (out, cp.int32(iters)))
+            e.record()
+            e.synchronize()
+            best.append(cp.cuda.get_elapsed_time(s, e))
+    flops = blocks * (threads // 32) * iters * 8 * (16 * 8 * 16 * 2)
+    return flops / (statistics.median(best) * 1e-3), "cupy/nvrtc mma.sync m16n8k16 bf16, 8 chains/warp"
+
+
+class Case:
+    def __init__(self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0):
+        self.b, self.h, self.d, self.prefix = b, h, d, prefix
+        per_layer = b * (prefix + d) * 1152
+        self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
+        self.layers = [
+            make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000 + i, spare_slots=16)
+            for i in range(self.n_layers)
+        ]
+        t = b * d
+        self.outs = [torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers]
+        self.ws = api.VerifyWorkspace(max_batch=b, max_tokens=t, num_heads=h, device="cuda")
+        self.kv_bytes = self.layers[0].kv_bytes()
+        self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
+
+    def ours(self, i):
+        x = self.layers[i]
+        api.extend_attention_fwd(
+            x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, x.qo_indptr,
+            x.kv_indptr, x.kv_indices, x.custom_mask, True, x.mask_indptr, self.d, x.sm_scale,
+            workspace=self.ws)
+
+    def triton(self, fn, i):
+        x = self.layers[i]
+        fn(x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, x.qo_indptr,
+           x.kv_indptr, x.kv_indices, x.custom_mask, True, x.mask_indptr, self.d, x.sm_scale)
+
+
+def time_modes(call, n_layers, reps):
+    """(graph us/call, eager us/call): one pass over all layers per repetition."""
+    for i in range(n_layers):
+        call(i)
+    torch.cuda.synchronize()
+    eager = events_ms(lambda: [call(i) for i in range(n_layers)], reps)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n_layers):
+            call(i)
+    g.replay()
+    torch.cuda.synchronize()
+    graph = events_ms(g.replay, reps)
+    del g
+    return (statistics.median(graph) * 1e3 / n_layers, statistics.median(eager) * 1e3 / n_layers)
+
+
+def host_path_us(case, reps=300):
+    samples = []
+    for k in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        case.ours(k % case.n_layers)
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--wheels", default=os.path.join(os.path.dirname(HERE), ".whl"))
+    ap.add_argument("--sweep-min-blocks", action="store_true")
+    args = ap.parse_args()
+
+    props = torch.cuda.get_device_properties(0)
+    res = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+           "cuda": torch.version.cuda, "stages": None, "cases": []}
+    from kdtree_mla import _C
+
+    res["stages"] = _C.stages_for_device(torch.cuda.current_device())
+    bw = copy_bandwidth()
+    mma, mma_note = mma_throughput()
+    res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
+    print(f"device {props.name} SMs {props.multi_processor_count} stages {res['stages']}")
+    print(f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
+          f"{(mma or 0) / 1e12:.1f} TFLOP/s ({mma_note})", flush=True)
+    triton_fn, triton_note = load_extend_attention(args.wheels)
+    res["triton"] = triton_note
+    print(f"triton: {triton_note}", flush=True)
+
+    for ci, (b, h, d, prefix) in enumerate(DEFAULT_CASES):
+        case = Case(b, h, d, prefix, seed=ci + 1)
+        floor_us = case.kv_bytes / bw * 1e6
+        row = {"B": b, "H": h, "D": d, "prefix": prefix, "layers": case.n_layers,
+               "kv_bytes": case.kv_bytes, "floor_us": floor_us, "flops": case.flops}
+        row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
+        if args.sweep_min_blocks and b == 1 and h == 8:
+            sweep = {}
+            for mb in (1, 2, 4, 8, 16):
+                case.ws.min_blocks_per_cta = mb
+                sweep[mb] = time_modes(case.ours, case.n_layers, args.reps)[0]
+            case.ws.min_blocks_per_cta = 4
+            row["min_blocks_sweep_graph_us"] = sweep
+        row["host_us"] = host_path_us(case)
+        if triton_fn is not None:
+            try:
+                row["triton_graph_us"], row["triton_eager_us"] = time_modes(
+                    lambda i: case.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2))
+            except Exception as exc:  # noqa: BLE001 - reported, not hidden
+                row["triton_error"] = repr(exc)[:300]
+        row["bw_frac_graph"] = floor_us / row["ours_graph_us"]
+        if mma:
+            row["mma_frac_graph"] = case.flops / (row["ours_graph_us"] * 1e-6) / mma
+        res["cases"].append(row)
+        print(json.dumps(row), flush=True)
+        del case
+        torch.cuda.empty_cache()
+
+    print("\n| B | H | D | prefix | floor us | ours graph us | ours eager us | host us | "
+          "BW frac (graph) | mma frac | triton graph us | triton eager us |")
+    for r in res["cases"]:
+        print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | {r['floor_us']:.1f} | "
+              f"{r['ours_graph_us']:.1f} | {r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
+              f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
+              f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

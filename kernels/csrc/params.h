@@ -1,0 +1,54 @@
+// Parameters of one MLA target-verify attention call (see kdtree_mla/api.py for shapes).
+// Plain C++: included by the nvcc-compiled launcher and by the torch binding.
+#pragma once
+
+#include <cstdint>
+
+namespace kdtree_mla {
+
+// Bit flags in VerifyParams::index64: which index tensors hold int64 (else int32).
+enum IndexWidth : int {
+  kQoIndptr64 = 1,
+  kKvIndptr64 = 2,
+  kKvIndices64 = 4,
+  kMaskIndptr64 = 8,
+};
+
+struct VerifyParams {
+  // q [T, H, 576]: element (t, h, d) at q[t * q_stride_t + h * q_stride_h + d].
+  const void* q;
+  int64_t q_stride_t, q_stride_h;
+  // Draft keys k_extend [T, 1, 576]; token t's row starts at k_ext + t * k_ext_stride.
+  // Values are its first 512 columns (absorbed MLA).
+  const void* k_ext;
+  int64_t k_ext_stride;
+  // KV pool k_buffer [S, 1, 576]; row r starts at k_buf + r * k_buf_stride; V = first 512 cols.
+  const void* k_buf;
+  int64_t k_buf_stride;
+  // Output o [T, H, 512] bf16 and optional lse [T, H] fp32 (natural log), may be null.
+  void* o;
+  int64_t o_stride_t, o_stride_h;
+  float* lse;
+  int64_t lse_stride_t;
+
+  const void* qo_indptr;    // [B+1]
+  const void* kv_indptr;    // [B+1]
+  const void* kv_indices;   // [kv_indptr[B]]
+  const void* mask_indptr;  // [B+1], null when mask is null
+  const uint8_t* mask;      // custom mask bytes, null -> draft tokens are causal (j <= i)
+  int index64;              // IndexWidth flags
+
+  int batch;       // B
+  int num_heads;   // H
+  int num_tokens;  // T
+  float scale_log2;  // sm_scale * log2(e)
+
+  // Workspace (kdtree_mla.api.VerifyWorkspace).
+  float* part_o;    // [2 * num_ctas, BLOCK_M, 512]
+  float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
+  int* sched;       // [batch + 3]: blocks per CTA, total blocks, per-request block prefix sums
+  int num_ctas;     // grid of the main kernel
+  int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
+};
+
+}  // namespace kdtree_mla

@@ -1,0 +1,549 @@
+// MLA target-verify attention: split-KV main kernel and LSE combine kernel.
+//
+// Work decomposition. A request b has M_b = D_b * H query rows (draft token major, head minor,
+// the order of q's rows) and L_b = P_b + D_b KV tokens (its prefix through kv_indices, then its
+// draft tokens from k_extend). Its rows are cut into ceil(M_b / 32) M-tiles; each (b, M-tile)
+// is a "segment" of ceil(L_b / 32) KV blocks. All segments laid end to end form W blocks; CTA c
+// of the fixed grid (num_ctas) takes blocks [c*q, (c+1)*q), q = max(ceil(W / num_ctas), min).
+// A segment entirely inside one CTA's range is written straight to o; a segment cut by CTA
+// boundaries leaves one partial (normalised O, LSE) per CTA, in slot 2c + (started here ? 1 : 0),
+// and the combine kernel merges them. Every CTA recomputes the schedule from the index pointers,
+// so the launch geometry never depends on device data (CUDA-graph safe).
+//
+// Per 32-token block, the 8 warps compute S = Q K^T split over 4 k-groups x 2 token halves
+// (Q stays in registers as mma A fragments), reduce the k-groups through shared memory, run an
+// online softmax (8 threads per row), and then each warp accumulates its 64 output columns
+// of P V from the same shared-memory tile (V = first 512 columns of each K row).
+// Only mma.sync m16n8k16 bf16, ldmatrix and cp.async: builds unchanged for sm_90 and sm_120.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "params.h"
+#include "traits.h"
+
+namespace kdtree_mla {
+namespace detail {
+
+using T = VerifyTraits;
+
+__device__ __forceinline__ int64_t load_index(const void* p, int64_t i, bool is64) {
+  return is64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes == 0 zero-fills the destination (used for padding tokens, so
+// the P*V product never sees stale NaN/Inf bits).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Per-request geometry, read from the index pointers.
+struct Request {
+  int64_t qo_begin;   // first draft token (row of q / k_extend)
+  int64_t kv_begin;   // offset into kv_indices
+  int64_t mask_begin;
+  int draft;          // D_b
+  int prefix;         // P_b
+  int kv_len;         // L_b = P_b + D_b
+  int rows;           // M_b = D_b * H
+  int mtiles;
+  int nblk;           // KV blocks per segment
+};
+
+__device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
+  Request r;
+  const int64_t q0 = load_index(p.qo_indptr, b, p.index64 & kQoIndptr64);
+  const int64_t q1 = load_index(p.qo_indptr, b + 1, p.index64 & kQoIndptr64);
+  const int64_t k0 = load_index(p.kv_indptr, b, p.index64 & kKvIndptr64);
+  const int64_t k1 = load_index(p.kv_indptr, b + 1, p.index64 & kKvIndptr64);
+  r.qo_begin = q0;
+  r.kv_begin = k0;
+  r.draft = static_cast<int>(q1 - q0);
+  r.prefix = static_cast<int>(k1 - k0);
+  r.kv_len = r.prefix + r.draft;
+  r.rows = r.draft * p.num_heads;
+  r.mtiles = (r.rows + T::kBlockM - 1) / T::kBlockM;
+  r.nblk = r.draft > 0 ? (r.kv_len + T::kBlockN - 1) / T::kBlockN : 0;
+  r.mask_begin = p.mask != nullptr ? load_index(p.mask_indptr, b, p.index64 & kMaskIndptr64) : 0;
+  return r;
+}
+
+// Block-wide exclusive scan of per-request block counts into scan[0..B] (scan[B] = W).
+__device__ void schedule_scan(const VerifyParams& p, int* scan, int* warp_sums) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int carry = 0;
+  for (int base = 0; base < p.batch; base += T::kThreads) {
+    const int b = base + tid;
+    int w = 0;
+    if (b < p.batch) {
+      const Request r = load_request(p, b);
+      w = r.mtiles * r.nblk;
+    }
+    int x = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    int before = 0;
+    for (int i = 0; i < warp; ++i) before += warp_sums[i];
+    int total = 0;
+    for (int i = 0; i < T::kWarps; ++i) total += warp_sums[i];
+    if (b < p.batch) scan[b + 1] = carry + before + x;
+    carry += total;
+    __syncthreads();
+  }
+  if (tid == 0) scan[0] = 0;
+  __syncthreads();
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* kv_s = smem;
+  float* red_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes);
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + kStages * T::kStageBytes + T::kRedBytes);
+  float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes);
+  float* inv_s = alpha_s + T::kBlockM;  // 1 / l per row, written in the epilogue
+  __shared__ int warp_sums[T::kWarps];
+  __shared__ int start_info[2];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kg = warp % T::kKGroups, ng = warp / T::kKGroups;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int cta = blockIdx.x;
+
+  // ---- schedule (identical in every CTA) ----
+  int* scan = reinterpret_cast<int*>(red_s);
+  schedule_scan(p, scan, warp_sums);
+  const int total_blocks = scan[p.batch];
+  const int per_cta = max((total_blocks + p.num_ctas - 1) / p.num_ctas, max(p.min_blocks_per_cta, 1));
+  if (cta == 0) {
+    for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
+    if (tid == 0) {
+      p.sched[0] = per_cta;
+      p.sched[1] = total_blocks;
+    }
+  }
+  const int range_lo = cta * per_cta;  // int: W <= 4096 * 64 * 8193 fits
+  const int range_hi = min(range_lo + per_cta, total_blocks);
+  if (range_lo >= total_blocks) return;
+  if (tid == 0) {
+    int lo = 0, hi = p.batch - 1;  // largest b with scan[b] <= range_lo
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (scan[mid] <= range_lo) lo = mid; else hi = mid - 1;
+    }
+    start_info[0] = lo;
+    start_info[1] = scan[lo];
+  }
+  __syncthreads();
+  int b = start_info[0];
+  int req_start = start_info[1];
+  __syncthreads();  // scan (red buffer) is reused below
+
+  Request req = load_request(p, b);
+  int off = range_lo - req_start;
+  int mt = off / req.nblk;
+  int blk_lo = off - mt * req.nblk;
+  int seg_start = req_start + mt * req.nblk;
+
+  const bool idx64 = p.index64 & kKvIndices64;
+  const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
+  const __nv_bfloat16* kbuf = static_cast<const __nv_bfloat16*>(p.k_buf);
+  const __nv_bfloat16* kext = static_cast<const __nv_bfloat16*>(p.k_ext);
+  const uint32_t kv_base = smem_u32(kv_s);
+
+  // Loader mapping: 8 threads per token row, each copying 9 chunks of 16 B (stride 128 B).
+  const int ld_tok = tid >> 3, ld_chunk = tid & 7;
+
+  while (true) {
+    const int blk_hi = min(req.nblk, range_hi - seg_start);
+    const int nb = blk_hi - blk_lo;
+    const int row0 = mt * T::kBlockM;
+    const int tok_lo = blk_lo * T::kBlockN;
+    const int tok_hi = min(blk_hi * T::kBlockN, req.kv_len);
+
+    // Source row of KV token k of this request, or null when k is past this piece's range.
+    auto token_src = [&](int k) -> const __nv_bfloat16* {
+      if (k >= tok_hi) return nullptr;
+      if (k < req.prefix) {
+        const int64_t idx = load_index(p.kv_indices, req.kv_begin + k, idx64);
+        return kbuf + idx * p.k_buf_stride;
+      }
+      return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
+    };
+    auto issue_block = [&](int stage, const __nv_bfloat16* src) {
+      const uint32_t dst = kv_base + stage * T::kStageBytes + ld_tok * T::kKvRowBytes + ld_chunk * 16;
+      const __nv_bfloat16* s = src != nullptr ? src + ld_chunk * 8 : kbuf;
+      const int n = src != nullptr ? 16 : 0;
+#pragma unroll
+      for (int j = 0; j < T::kHeadDim / 64; ++j) cp_async16(dst + j * 128, s + (src != nullptr ? j * 64 : 0), n);
+    };
+
+    // Prologue: first kStages-1 blocks; the row pointer for block kStages-1 is prefetched.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < nb) issue_block(s, token_src(tok_lo + s * T::kBlockN + ld_tok));
+      cp_async_commit();
+    }
+    const __nv_bfloat16* next_src =
+        (kStages - 1 < nb) ? token_src(tok_lo + (kStages - 1) * T::kBlockN + ld_tok) : nullptr;
+
+    // Q fragments of this warp's k-group, straight from global memory.
+    uint32_t qf[2][T::kKSteps][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row0 + mi * 16 + g + half * 8;
+        const uint32_t* src = nullptr;
+        if (r < req.rows) {
+          const int64_t tok = req.qo_begin + r / p.num_heads;
+          const int h = r % p.num_heads;
+          src = reinterpret_cast<const uint32_t*>(qg + tok * p.q_stride_t + h * p.q_stride_h +
+                                                  kg * (T::kKSteps * 16) + t4 * 2);
+        }
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ++ks) {
+          qf[mi][ks][half] = src != nullptr ? __ldg(src + ks * 8) : 0u;
+          qf[mi][ks][half + 2] = src != nullptr ? __ldg(src + ks * 8 + 4) : 0u;
+        }
+      }
+    }
+
+    float acc[2][8][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.f;
+
+    // Softmax state: thread owns row sm_row, columns sm_col..sm_col+3 of each block.
+    const int sm_row = tid >> 3, sm_col = (tid & 7) * 4;
+    const int q_row = row0 + sm_row;
+    const bool row_ok = q_row < req.rows;
+    const int q_tok = row_ok ? q_row / p.num_heads : 0;  // draft index i of this row
+    float m_run = -CUDART_INF_F, l_run = 0.f;
+
+    for (int i = 0; i < nb; ++i) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      {
+        const int nxt = i + kStages - 1;
+        if (nxt < nb) issue_block(nxt % kStages, next_src);
+        cp_async_commit();
+        next_src = (nxt + 1 < nb) ? token_src(tok_lo + (nxt + 1) * T::kBlockN + ld_tok) : nullptr;
+      }
+      const uint32_t stage = kv_base + (i % kStages) * T::kStageBytes;
+
+      // ---- S partial = Q[:, kgroup] K[ngroup tokens, kgroup]^T ----
+      float s[2][2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
+      {
+        const int mat = lane >> 3, r8 = lane & 7;
+        const uint32_t kaddr = stage + (ng * 16 + (mat >> 1) * 8 + r8) * T::kKvRowBytes +
+                               (kg * T::kKSteps * 16 + (mat & 1) * 8) * 2;
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ++ks) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, kaddr + ks * 32);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            mma_bf16(s[mi][0], qf[mi][ks], kb[0], kb[1]);
+            mma_bf16(s[mi][1], qf[mi][ks], kb[2], kb[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = mi * 16 + g + half * 8;
+            const int c = ng * 16 + ni * 8 + t4 * 2;
+            *reinterpret_cast<float2*>(&red_s[(kg * T::kBlockM + r) * T::kRedRowFloats + c]) =
+                make_float2(s[mi][ni][half * 2], s[mi][ni][half * 2 + 1]);
+          }
+      __syncthreads();
+
+      // ---- online softmax over this block ----
+      {
+        float v[4];
+        {
+          float4 x = *reinterpret_cast<const float4*>(&red_s[sm_row * T::kRedRowFloats + sm_col]);
+#pragma unroll
+          for (int k = 1; k < T::kKGroups; ++k) {
+            const float4 y = *reinterpret_cast<const float4*>(
+                &red_s[(k * T::kBlockM + sm_row) * T::kRedRowFloats + sm_col]);
+            x.x += y.x; x.y += y.y; x.z += y.z; x.w += y.w;
+          }
+          v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+        }
+        const int kbase = tok_lo + i * T::kBlockN + sm_col;
+        float bmax = -CUDART_INF_F;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int k = kbase + j;
+          bool ok = row_ok && k < tok_hi;
+          if (ok && k >= req.prefix) {
+            const int dj = k - req.prefix;
+            ok = p.mask != nullptr
+                     ? p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0
+                     : dj <= q_tok;
+          }
+          v[j] = ok ? v[j] * p.scale_log2 : -CUDART_INF_F;
+          bmax = fmaxf(bmax, v[j]);
+        }
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 1));
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 2));
+        bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, 4));
+        const float m_new = fmaxf(m_run, bmax);
+        const float m_use = m_new == -CUDART_INF_F ? 0.f : m_new;
+        const float alpha = exp2f(m_run - m_use);  // m_run = -inf -> 0
+        float psum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          v[j] = exp2f(v[j] - m_use);
+          psum += v[j];
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+        psum += __shfl_xor_sync(0xffffffffu, psum, 4);
+        l_run = l_run * alpha + psum;
+        m_run = m_new;
+        uint2 packed = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+        *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) = packed;
+        if ((tid & 7) == 0) alpha_s[sm_row] = alpha;
+      }
+      __syncthreads();
+
+      // ---- O = O * alpha + P V (this warp's 64 columns) ----
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const float a0 = alpha_s[mi * 16 + g], a1 = alpha_s[mi * 16 + g + 8];
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni) {
+          acc[mi][ni][0] *= a0; acc[mi][ni][1] *= a0;
+          acc[mi][ni][2] *= a1; acc[mi][ni][3] *= a1;
+        }
+      }
+      {
+        const int mat = lane >> 3, r8 = lane & 7;
+#pragma unroll
+        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+          uint32_t pa[2][4];
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+            ldmatrix_x4(pa[mi], smem_u32(&p_s[(mi * 16 + (mat & 1) * 8 + r8) * T::kPRowElems +
+                                               kk * 16 + (mat >> 1) * 8]));
+          const uint32_t vrow = stage + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
+#pragma unroll
+          for (int nj = 0; nj < 4; ++nj) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, vrow + (warp * T::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+              mma_bf16(acc[mi][nj * 2], pa[mi], vb[0], vb[1]);
+              mma_bf16(acc[mi][nj * 2 + 1], pa[mi], vb[2], vb[3]);
+            }
+          }
+        }
+      }
+    }
+
+    // ---- epilogue ----
+    const bool full = blk_lo == 0 && blk_hi == req.nblk;
+    const int slot = 2 * cta + (blk_lo > 0 ? 0 : 1);
+    if ((tid & 7) == 0) {
+      const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
+      inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
+      if (full) {
+        if (row_ok && p.lse != nullptr) {
+          const int64_t tok = req.qo_begin + q_row / p.num_heads;
+          p.lse[tok * p.lse_stride_t + q_row % p.num_heads] = lse2 * 0.69314718055994530942f;
+        }
+      } else {
+        p.part_lse[slot * T::kBlockM + sm_row] = lse2;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mi * 16 + g + half * 8;
+        const float inv = inv_s[r];
+        if (full) {
+          if (row0 + r < req.rows) {
+            const int qr = row0 + r;
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) +
+                                 (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
+                                 (qr % p.num_heads) * p.o_stride_h + warp * T::kColsPerWarp + t4 * 2;
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+              *reinterpret_cast<uint32_t*>(dst + ni * 8) =
+                  pack_bf16x2(acc[mi][ni][half * 2] * inv, acc[mi][ni][half * 2 + 1] * inv);
+          }
+        } else {
+          float* dst = p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV +
+                       warp * T::kColsPerWarp + t4 * 2;
+#pragma unroll
+          for (int ni = 0; ni < 8; ++ni)
+            *reinterpret_cast<float2*>(dst + ni * 8) =
+                make_float2(acc[mi][ni][half * 2] * inv, acc[mi][ni][half * 2 + 1] * inv);
+        }
+      }
+    }
+
+    // ---- next segment ----
+    if (seg_start + req.nblk >= range_hi) break;
+    seg_start += req.nblk;
+    blk_lo = 0;
+    if (++mt >= req.mtiles) {
+      mt = 0;
+      do {
+        ++b;
+        req = load_request(p, b);
+      } while (req.nblk == 0);
+    }
+    __syncthreads();  // inv_s / stages reused by the next piece
+  }
+}
+
+// Merges the partials of every segment that CTA boundaries cut. Grid: (row groups, splits);
+// CTA (x, y) handles rows x, x + gridDim.x, ... of the T*H output rows, columns
+// [y * 64, y * 64 + 64). Rows whose segment was not cut were written by the main kernel.
+__global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const VerifyParams p) {
+  __shared__ float wts[kCombineMaxParts];
+  __shared__ float red[kCombineThreads / 32][64];
+  __shared__ float scal[kCombineThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int kW = kCombineThreads / 32;
+  const int per_cta = p.sched[0];
+  const int64_t nrows = int64_t(p.num_tokens) * p.num_heads;
+  const int col0 = blockIdx.y * 64;
+
+  for (int64_t row = blockIdx.x; row < nrows; row += gridDim.x) {
+    const int64_t t = row / p.num_heads;
+    const int h = static_cast<int>(row % p.num_heads);
+    int lo = 0, hi = p.batch - 1;  // largest b with qo_indptr[b] <= t
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (load_index(p.qo_indptr, mid, p.index64 & kQoIndptr64) <= t) lo = mid; else hi = mid - 1;
+    }
+    const Request req = load_request(p, lo);
+    const int local = static_cast<int>(t - req.qo_begin) * p.num_heads + h;
+    const int mt = local / T::kBlockM, r = local % T::kBlockM;
+    const int seg_start = p.sched[2 + lo] + mt * req.nblk;
+    const int c0 = seg_start / per_cta;
+    const int c1 = (seg_start + req.nblk - 1) / per_cta;
+    if (c0 == c1) continue;  // uniform across the CTA
+    const int nparts = c1 - c0 + 1;
+    auto slot_of = [&](int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); };
+
+    float mx = -CUDART_INF_F;
+    for (int k = tid; k < nparts; k += kCombineThreads) {
+      const float v = p.part_lse[slot_of(k) * T::kBlockM + r];
+      wts[k] = v;
+      mx = fmaxf(mx, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) scal[warp] = mx;
+    __syncthreads();
+    mx = scal[0];
+    for (int i = 1; i < kW; ++i) mx = fmaxf(mx, scal[i]);
+    const float mref = mx == -CUDART_INF_F ? 0.f : mx;
+    float sum = 0.f;
+    for (int k = tid; k < nparts; k += kCombineThreads) {
+      const float w = exp2f(wts[k] - mref);
+      wts[k] = w;
+      sum += w;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    __syncthreads();  // scal reuse, wts visible
+    if (lane == 0) scal[warp] = sum;
+    __syncthreads();
+    sum = 0.f;
+    for (int i = 0; i < kW; ++i) sum += scal[i];
+
+    float2 a = make_float2(0.f, 0.f);
+#pragma unroll 4
+    for (int k = warp; k < nparts; k += kW) {
+      const float w = wts[k];
+      const float2 x = *reinterpret_cast<const float2*>(
+          p.part_o + (int64_t(slot_of(k)) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 2);
+      a.x += w * x.x;
+      a.y += w * x.y;
+    }
+    red[warp][lane * 2] = a.x;
+    red[warp][lane * 2 + 1] = a.y;
+    __syncthreads();
+    if (tid < 32) {
+      float x = 0.f, y = 0.f;
+      for (int i = 0; i < kW; ++i) {
+        x += red[i][tid * 2];
+        y += red[i][tid * 2 + 1];
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + col0;
+      *reinterpret_cast<uint32_t*>(dst + tid * 2) = pack_bf16x2(x * inv, y * inv);
+      if (tid == 0 && blockIdx.y == 0 && p.lse != nullptr)
+        p.lse[t * p.lse_stride_t + h] =
+            sum > 0.f ? (mref + __log2f(sum)) * 0.69314718055994530942f : -CUDART_INF_F;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace detail
+}  // namespace kdtree_mla

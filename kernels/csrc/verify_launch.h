@@ -1,0 +1,18 @@
+// Host entry point of the verify kernels (no torch headers: builds with plain nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace kdtree_mla {
+
+// Pipeline depth the launcher uses on `device` (deepest that fits its smem opt-in limit).
+int verify_stages_for_device(int device);
+
+// Launches the split-KV kernel and the combine kernel on `stream`. Returns the first CUDA
+// error (never aborts). Launch geometry: main grid = params.num_ctas, combine grid from
+// params.num_tokens * params.num_heads: never from device data.
+cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream);
+
+}  // namespace kdtree_mla

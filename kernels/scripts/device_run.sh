@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device batch: build the extension, run CPU + GPU tests, run the benchmark.
+# Usage (repo root, on the device machine): bash kernels/scripts/device_run.sh [gpu-test args]
+# Logs and JSON go to $OUT (or ./_device_out).
+set -u -o pipefail
+OUT=${OUT:-$PWD/_device_out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nvcc --version | tail -1;
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1 | tee "$OUT/env.log"
+t0=$(date +%s)
+timeout 420 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
+rc=$?; echo "build rc=$rc in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/build.log"
+[ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu -x -rs ${GPU_TEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+echo "gpu tests rc=${PIPESTATUS[0]} at $(( $(date +%s) - t0 )) s"
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  timeout ${BENCH_TIMEOUT:-400} python3 bench/bench_verify.py --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30
+  echo "bench rc=${PIPESTATUS[0]} at $(( $(date +%s) - t0 )) s"
+fi

@@ -1,0 +1,31 @@
+"""Builds kdtree_mla._C (torch CUDA extension). Offline: no downloads, no submodules.
+
+Target architectures come from TORCH_CUDA_ARCH_LIST (default "9.0;12.0"), e.g.
+    TORCH_CUDA_ARCH_LIST=12.0 pip install --no-build-isolation ./kernels
+"""
+
+import os
+
+from setuptools import setup
+
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0;12.0")
+
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join(HERE, "csrc")
+
+setup(
+    ext_modules=[
+        CUDAExtension(
+            name="kdtree_mla._C",
+            sources=[os.path.join("csrc", "binding.cpp"), os.path.join("csrc", "verify_launch.cu")],
+            include_dirs=[CSRC],
+            extra_compile_args={
+                "cxx": ["-O3"],
+                "nvcc": ["-O3", "-Xptxas=-warn-spills", "--use_fast_math"],
+            },
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

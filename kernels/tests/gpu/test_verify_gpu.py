@@ -1,0 +1,276 @@
+"""GPU tests of the verify kernel against the fp64 reference (run on the H200).
+
+Every case draws fresh random inputs, poisons the output (and unused KV-pool rows) with NaN,
+and requires relative Frobenius error < 1e-2 and every output written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from kdtree_mla.inputs import make_inputs
+from kdtree_mla.ref import verify_attention_ref
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)"),
+]
+
+TOL = 1e-2
+_SEED = [1000]
+
+
+def fresh_seed() -> int:
+    _SEED[0] += 1
+    return _SEED[0]
+
+
+def api():
+    # Imported lazily: on a CUDA machine a missing extension must fail, not skip.
+    from kdtree_mla import api as _api
+
+    return _api
+
+
+def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False):
+    t, h = inp.num_tokens, inp.num_heads
+    o = torch.full((t, h, 512), float("nan"), dtype=torch.bfloat16, device=inp.q.device)
+    lse_t = torch.full((t, h), float("nan"), dtype=torch.float32, device=inp.q.device) if lse else None
+    api().extend_attention_fwd(
+        inp.q, inp.k_extend, inp.v_extend, o, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
+        inp.kv_indptr, inp.kv_indices, inp.custom_mask, True, inp.mask_indptr, max(inp.draft_lens),
+        inp.sm_scale, workspace=ws, lse_extend=lse_t,
+    )
+    return o, lse_t
+
+
+def reference(inp):
+    return verify_attention_ref(
+        inp.q, inp.k_extend, inp.v_extend, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
+        inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, inp.sm_scale,
+    )
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def check(inp, ws, *, lse: bool = True):
+    o, lse_t = run_kernel(inp, ws, lse=lse)
+    torch.cuda.synchronize()
+    o_ref, lse_ref = reference(inp)
+    assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} output values unwritten/NaN"
+    err = rel_err(o, o_ref)
+    assert err < TOL, f"relative Frobenius error {err:.3e}"
+    if lse:
+        assert torch.isfinite(lse_t).all(), "lse has unwritten/non-finite values"
+        lerr = float((lse_t.double() - lse_ref).abs().max())
+        assert lerr < 2e-2, f"lse max abs error {lerr:.3e}"
+    return err
+
+
+def workspace(inp, *, num_ctas=None, min_blocks=None, max_batch=None):
+    ws = api().VerifyWorkspace(
+        max_batch=max_batch or len(inp.prefix_lens),
+        max_tokens=max(inp.num_tokens, 1),
+        num_heads=inp.num_heads,
+        device="cuda",
+        num_ctas=num_ctas,
+    )
+    if min_blocks is not None:
+        ws.min_blocks_per_cta = min_blocks
+    return ws
+
+
+# --- shapes from the issue -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", [0, 1, 31, 32, 33, 1000, 5700, 23000, 91000, 262144])
+def test_b1_h8_d4_prefix_lengths(prefix):
+    inp = make_inputs([prefix], [4], 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+@pytest.mark.parametrize("heads", [8, 16, 32, 64, 128])
+def test_all_head_counts(heads):
+    inp = make_inputs([3000, 17], [4, 4], heads, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+@pytest.mark.parametrize("draft", [1, 2, 3, 5, 8, 16])
+def test_draft_lengths(draft):
+    inp = make_inputs([2000, 0, 77], [draft] * 3, 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+@pytest.mark.parametrize("heads,draft", [(128, 16), (64, 4), (16, 16)])
+def test_many_rows_per_request(heads, draft):
+    inp = make_inputs([4100, 33, 900], [draft] * 3, heads, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+def test_batch_256_mixed_lengths():
+    rng = random.Random(fresh_seed())
+    prefix = [rng.choice([0, 1, 7, 100, 513, 2048, 4000]) for _ in range(256)]
+    inp = make_inputs(prefix, [4] * 256, 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+def test_mixed_short_and_long_requests():
+    prefix = [0, 5, 91000, 17, 0, 2048, 33, 262144]
+    inp = make_inputs(prefix, [4] * 8, 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+def test_uneven_draft_lengths_in_one_batch():
+    inp = make_inputs([100, 5000, 0, 64], [1, 16, 3, 7], 16, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp))
+
+
+# --- masks and index types ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tree", [True, False, None])
+def test_mask_kinds(tree):
+    inp = make_inputs([700, 64], [8, 8], 8, device="cuda", seed=fresh_seed(), tree=tree)
+    check(inp, workspace(inp))
+
+
+@pytest.mark.parametrize(
+    "index_dtype,mask_indptr_dtype,mask_dtype",
+    [(torch.int64, torch.int64, torch.uint8), (torch.int32, torch.int32, torch.bool)],
+)
+def test_index_and_mask_dtypes(index_dtype, mask_indptr_dtype, mask_dtype):
+    inp = make_inputs([1234, 10], [4, 4], 8, device="cuda", seed=fresh_seed(),
+                      index_dtype=index_dtype, mask_indptr_dtype=mask_indptr_dtype, mask_dtype=mask_dtype)
+    check(inp, workspace(inp))
+
+
+def test_without_lse_output():
+    inp = make_inputs([3000], [4], 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp), lse=False)
+
+
+# --- scheduler corner cases: few CTAs, many segments per CTA, many-way splits --------------------
+
+
+@pytest.mark.parametrize("num_ctas,min_blocks", [(1, 1), (3, 1), (7, 2), (132, 1), (500, 1), (1023, 1)])
+def test_scheduler_grids(num_ctas, min_blocks):
+    prefix = [0, 5, 9000, 17, 0, 2048, 33, 300]
+    inp = make_inputs(prefix, [4, 1, 16, 4, 2, 4, 8, 4], 16, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp, num_ctas=num_ctas, min_blocks=min_blocks))
+
+
+def test_workspace_larger_than_call():
+    inp = make_inputs([500, 600], [4, 4], 8, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp, max_batch=64))
+
+
+# --- CUDA graphs -----------------------------------------------------------------------------
+
+
+def test_graph_capture_replay_with_new_indices_lengths_and_masks():
+    """Capture once, then change kv_indices, prefix lengths, draft split and masks in place
+    (same T, same buffers) and replay: must match eager and the fp64 reference."""
+    from kdtree_mla.ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
+
+    B, H, T = 4, 8, 16
+    pool = 200_000
+    first = make_inputs([1000, 50000, 3, 0], [4, 4, 4, 4], H, device="cuda", seed=fresh_seed(),
+                        spare_slots=pool - 51003)
+    ws = workspace(first)
+    max_kv = pool
+    kv_indices = torch.zeros(max_kv, dtype=torch.int32, device="cuda")
+    kv_indices[: first.kv_indices.numel()] = first.kv_indices
+    mask_cap = T * (max_kv + 16)
+    custom_mask = torch.zeros(min(mask_cap, 4_000_000), dtype=torch.uint8, device="cuda")
+    custom_mask[: first.custom_mask.numel()] = first.custom_mask
+    qo, kv, mind = first.qo_indptr.clone(), first.kv_indptr.clone(), first.mask_indptr.clone()
+    o = torch.empty(T, H, 512, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(T, H, dtype=torch.float32, device="cuda")
+
+    def call():
+        api().extend_attention_fwd(
+            first.q, first.k_extend, first.v_extend, o, first.k_buffer, first.v_buffer, qo, kv,
+            kv_indices, custom_mask, True, mind, 16, first.sm_scale, workspace=ws, lse_extend=lse)
+
+    call()  # warm-up outside capture (sets the smem attribute once)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+
+    gen = torch.Generator().manual_seed(fresh_seed())
+    for prefix, draft in ([[1000, 50000, 3, 0], [4, 4, 4, 4]], [[120000, 0, 7, 2500], [2, 9, 1, 4]],
+                          [[0, 0, 0, 0], [4, 4, 4, 4]], [[33, 199000 - 33, 1, 0], [16, 0, 0, 0]]):
+        assert sum(draft) == T and sum(prefix) <= pool
+        perm = torch.randperm(pool, generator=gen)[: sum(prefix)].to(torch.int32)
+        trees = [tree_mask_from_parents(random_tree_parents(d, gen)) for d in draft]
+        mask, mask_ptr = build_custom_mask(trees, prefix)
+        assert mask.numel() <= custom_mask.numel()
+        qo.copy_(torch.tensor([0, *itertools.accumulate(draft)], dtype=qo.dtype))
+        kv.copy_(torch.tensor([0, *itertools.accumulate(prefix)], dtype=kv.dtype))
+        mind.copy_(mask_ptr)
+        kv_indices.zero_()
+        kv_indices[: perm.numel()] = perm.cuda()
+        custom_mask.zero_()
+        custom_mask[: mask.numel()] = mask.cuda()
+        # Poison everything the replay must write, poison unused pool rows afresh.
+        o.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        k_buf = first.k_buffer
+        unused = torch.ones(pool, dtype=torch.bool)
+        unused[perm.long()] = False
+        k_buf[unused.nonzero().flatten().cuda()] = float("nan")
+        used_rows = perm.long().cuda()
+        k_buf[used_rows] = torch.randn(used_rows.numel(), 1, 576, device="cuda").to(torch.bfloat16)
+        g.replay()
+        torch.cuda.synchronize()
+        o_graph, lse_graph = o.clone(), lse.clone()
+        o.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, o), "graph replay differs from eager"
+        assert torch.equal(lse_graph, lse)
+        o_ref, lse_ref = verify_attention_ref(
+            first.q, first.k_extend, first.v_extend, k_buf, first.v_buffer, qo, kv, kv_indices,
+            custom_mask, mind, first.sm_scale)
+        assert not torch.isnan(o_graph).any()
+        err = rel_err(o_graph, o_ref)
+        assert err < TOL, f"replay {prefix}/{draft}: error {err:.3e}"
+
+
+# --- argument checking -----------------------------------------------------------------------
+
+
+def test_bad_arguments_raise_with_a_message():
+    inp = make_inputs([100], [4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    o = torch.empty(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    base = dict(q_extend=inp.q, k_extend=inp.k_extend, v_extend=inp.v_extend, o_extend=o,
+                k_buffer=inp.k_buffer, v_buffer=inp.v_buffer, qo_indptr=inp.qo_indptr,
+                kv_indptr=inp.kv_indptr, kv_indices=inp.kv_indices, custom_mask=inp.custom_mask,
+                is_causal=True, mask_indptr=inp.mask_indptr, max_len_extend=4, sm_scale=0.1)
+    f = api().extend_attention_fwd
+    bad = [
+        (dict(q_extend=inp.q.float()), TypeError, "q: must be bfloat16"),
+        (dict(q_extend=inp.q[:, :, :512]), ValueError, "q: expected shape"),
+        (dict(o_extend=o[:3]), ValueError, "o_extend: expected shape"),
+        (dict(k_buffer=inp.k_buffer.cpu()), ValueError, "k_buffer: must be a CUDA tensor"),
+        (dict(v_buffer=inp.k_buffer[..., :512].clone()), ValueError, "v_buffer: must be the view"),
+        (dict(kv_indices=inp.kv_indices.float()), TypeError, "kv_indices: must be int32 or int64"),
+        (dict(qo_indptr=inp.qo_indptr[:1]), ValueError, "qo_indptr"),
+        (dict(kv_indptr=inp.kv_indptr[:1]), ValueError, "kv_indptr: expected 2 elements"),
+        (dict(custom_mask=inp.custom_mask.to(torch.int32)), TypeError, "custom_mask: must be uint8"),
+        (dict(mask_indptr=None), ValueError, "mask_indptr: required"),
+        (dict(logit_cap=30.0), ValueError, "logit_cap"),
+    ]
+    for change, exc, msg in bad:
+        with pytest.raises(exc, match=msg):
+            f(**{**base, **change}, workspace=ws)
+    # The process survives and the kernel still works afterwards.
+    check(inp, ws)

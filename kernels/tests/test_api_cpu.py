@@ -1,0 +1,43 @@
+"""API-level checks that need no GPU: import, documented signature, workspace validation."""
+
+import inspect
+
+import pytest
+
+from kdtree_mla import api
+
+
+def test_extend_attention_fwd_signature_matches_sglang_0_5_5_order():
+    params = list(inspect.signature(api.extend_attention_fwd).parameters)
+    assert params[:16] == [
+        "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr",
+        "kv_indptr", "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend",
+        "sm_scale", "logit_cap", "skip_prefix_custom_mask",
+    ]
+    sig = inspect.signature(api.extend_attention_fwd)
+    assert sig.parameters["workspace"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["lse_extend"].default is None
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_batch": 0, "max_tokens": 4, "num_heads": 8}, "max_batch"),
+        ({"max_batch": 5000, "max_tokens": 4, "num_heads": 8}, "max_batch"),
+        ({"max_batch": 4, "max_tokens": 0, "num_heads": 8}, "max_tokens"),
+        ({"max_batch": 4, "max_tokens": 65, "num_heads": 8}, "max_tokens"),
+        ({"max_batch": 4, "max_tokens": 16, "num_heads": 12}, "num_heads"),
+        ({"max_batch": 4, "max_tokens": 16, "num_heads": 8, "device": "cpu"}, "CUDA device"),
+    ],
+)
+def test_workspace_rejects_bad_limits_before_allocating(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        api.VerifyWorkspace(**kwargs)
+
+
+def test_block_m_matches_traits_header():
+    import pathlib
+    import re
+
+    traits = (pathlib.Path(api.__file__).parents[1] / "csrc" / "traits.h").read_text()
+    assert int(re.search(r"kBlockM = (\d+);", traits).group(1)) == api.BLOCK_M

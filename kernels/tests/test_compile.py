@@ -1,0 +1,103 @@
+"""Compiles the CUDA sources with plain nvcc for sm_120 and sm_90 (no GPU, no torch headers)
+and fails on register spills, local-memory stack, >255 registers, a block that cannot be
+resident, or a shared-memory configuration over the architecture's per-block limit.
+
+nvcc comes from $NVCC, else PATH, else /usr/local/bin/nvcc or /usr/local/cuda/bin/nvcc.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CSRC = ROOT / "csrc"
+# Opt-in dynamic + static shared memory per block.
+SMEM_LIMIT = {"sm_120": 101_376, "sm_90": 232_448}
+MAX_REGS = 255
+REGS_PER_SM = 65_536
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+def find_nvcc() -> str:
+    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/bin/nvcc",
+                 "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    pytest.fail("nvcc not found (set NVCC): the compile test is required in CI")
+
+
+def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]:
+    cmd = [find_nvcc(), "-std=c++17", "-O3", "--use_fast_math", "-Xptxas", "-v",
+           f"-gencode=arch=compute_{arch[3:]},code={arch}", "-I", str(CSRC), "-c",
+           str(CSRC / "verify_launch.cu"), "-o", str(tmp_path / f"verify_{arch}.o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"nvcc failed for {arch}:\n{res.stderr}"
+    funcs: dict[str, dict[str, int]] = {}
+    cur = None
+    for line in res.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)' for '(sm_\d+)'", line)
+        if m:
+            cur = m.group(1)
+            funcs[cur] = {}
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            funcs[cur].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            funcs[cur]["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            funcs[cur]["smem"] = int(s.group(1)) if s else 0
+    return funcs
+
+
+def launch_config() -> dict[str, int]:
+    gxx = shutil.which("g++") or shutil.which("c++")
+    if gxx is None:
+        pytest.fail("a host C++ compiler is needed to evaluate traits.h")
+    exe = ROOT / "tests" / ".smem_probe"
+    subprocess.run([gxx, "-std=c++17", "-I", str(CSRC), str(ROOT / "tests" / "smem_probe.cpp"),
+                    "-o", str(exe)], check=True, timeout=120)
+    try:
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    finally:
+        exe.unlink(missing_ok=True)
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("arch", ["sm_120", "sm_90"])
+def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
+    funcs = ptxas_report(arch, tmp_path)
+    cfg = launch_config()
+    main = {n: f for n, f in funcs.items() if "verify_main_kernel" in n}
+    combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
+    assert len(main) == 2 and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
+    for name, f in funcs.items():
+        assert f["spill_st"] == 0 and f["spill_ld"] == 0, f"{arch} {name}: spills {f}"
+        assert f["stack"] == 0, f"{arch} {name}: {f['stack']} B stack frame (local memory)"
+        assert f["regs"] <= MAX_REGS, f"{arch} {name}: {f['regs']} registers"
+        assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
+    stages = cfg["stages_sm120"] if arch == "sm_120" else cfg["stages_sm90"]
+    dyn = cfg["smem_small"] if stages == 2 else cfg["smem_large"]
+    picked = [f for n, f in main.items() if f"ILi{stages}E" in n]
+    assert len(picked) == 1, f"{arch}: no main kernel instantiated for {stages} stages"
+    f = picked[0]
+    assert f["smem"] + dyn <= SMEM_LIMIT[arch], (
+        f"{arch}: main kernel needs {f['smem']} static + {dyn} dynamic B > {SMEM_LIMIT[arch]}")
+    # Registers are allocated per warp in units of 256: the block must fit one SM.
+    regs_alloc = -(-f["regs"] // 8) * 8
+    assert regs_alloc * cfg["threads"] <= REGS_PER_SM, f"{arch}: {f['regs']} regs x {cfg['threads']} threads"
+
+
+def test_sm120_gets_the_small_config():
+    cfg = launch_config()
+    assert cfg["stages_sm120"] == 2
+    assert cfg["smem_small"] <= SMEM_LIMIT["sm_120"] < cfg["smem_large"]
