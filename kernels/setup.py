@@ -7,6 +7,7 @@ Target architectures come from TORCH_CUDA_ARCH_LIST (default "9.0;12.0"), e.g.
 import os
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0;12.0")
 
@@ -14,6 +15,22 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E40
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
+
+
+class build_py_with_startup_hook(build_py):  # noqa: N801
+    """SGLang startup hook: ship kdtree_mla_startup.pth at the wheel's root (site-packages/).
+
+    The .pth runs at every interpreter start and imports kdtree_mla._startup only when
+    KDTREE_VERIFY=1 (docs/sglang-integration.md).
+    """
+
+    def run(self):
+        super().run()
+        self.copy_file(
+            os.path.join(HERE, "kdtree_mla_startup.pth"),
+            os.path.join(self.build_lib, "kdtree_mla_startup.pth"),
+        )
+
 
 setup(
     ext_modules=[
@@ -27,5 +44,8 @@ setup(
             },
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={
+        "build_ext": BuildExtension.with_options(use_ninja=True),
+        "build_py": build_py_with_startup_hook,  # SGLang startup hook
+    },
 )
