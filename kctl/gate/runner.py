@@ -144,8 +144,13 @@ class _Sender:
                 ):
                     j += 1
                 group = reqs[i:j]
-                with ThreadPoolExecutor(max_workers=req.concurrency) as pool:
+                pool = ThreadPoolExecutor(max_workers=req.concurrency)
+                try:
                     results = list(pool.map(self.one, group))
+                finally:
+                    # on an interrupt, do not wait for requests in flight (up to the request
+                    # timeout): the deploy must revert now, and stopping the server ends them
+                    pool.shutdown(wait=False, cancel_futures=True)
                 out.extend(_sample(r, res, round_no) for r, res in zip(group, results))
                 i += len(group)
             self._report(phase, req.context, len(out), len(reqs), out[-1])
