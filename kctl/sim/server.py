@@ -60,6 +60,8 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
+        # logged before the body goes out, so the line precedes anything the client does next
+        self._access(status)
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -69,7 +71,6 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        self._access(status)
 
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode(), "application/json")
@@ -138,25 +139,33 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, body: Any) -> None:
         engine = self.server.engine
         reqs = engine.parse(body)
-        for r in reqs:
-            engine.admit(r)
         if not reqs[0].stream:
+            for r in reqs:
+                engine.admit(r)
             results = [engine.generate(r) for r in reqs]
             self._json(200, results[0] if len(results) == 1 else results)
             return
         req = reqs[0]
+        failure: RequestError | None = None
+        try:
+            engine.admit(req)
+        except RequestError as exc:
+            if exc.status < 500:
+                raise
+            # SGLang reports a failure inside a stream as an error event, after a 200
+            failure = exc
+        self._access(200)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        self._access(200)
         try:
-            try:
+            if failure is None:
                 for chunk in engine.run(req):
                     self._chunk(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            except RequestError as exc:
-                self._chunk(b"data: " + json.dumps(exc.payload()).encode() + b"\n\n")
+            else:
+                self._chunk(b"data: " + json.dumps(failure.payload()).encode() + b"\n\n")
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")  # the zero-length chunk ends the chunked body
         except _ClientGone:
