@@ -290,7 +290,7 @@ class DeployLock:
                 f"the deploy lock {self.path} is unreadable",
                 hint="if no kctl is running, remove it with `kctl lock release --force`",
             )
-        message = f"another kctl holds the deploy lock: {existing.describe(now)}"
+        message = f"the deploy lock is held by another kctl: {existing.describe(now)}"
         if existing.local:
             hint = (
                 "wait for it to finish, or if you are sure it is not running: "

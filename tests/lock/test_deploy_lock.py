@@ -161,7 +161,7 @@ def test_contention_with_a_real_process(state_dir: Path, holders: list[Holder]) 
     with pytest.raises(LockHeld) as err, lock.acquire("kctl deploy profiles/kdtree-graphs.yaml"):
         pytest.fail("acquired a held lock")
     assert str(err.value) == (
-        f"another kctl holds the deploy lock: pid {holder.pid} on {HOST} running "
+        f"the deploy lock is held by another kctl: pid {holder.pid} on {HOST} running "
         "`kctl deploy profiles/kdtree-eager.yaml` (deployment d-20261129-102407-abcd), "
         "for 3m12s\n"
         "  hint: wait for it to finish, or if you are sure it is not running: "
@@ -243,7 +243,7 @@ def test_another_hosts_lock_is_never_broken(state_dir: Path) -> None:
     with pytest.raises(LockHeld) as err, lock.acquire("kctl deploy x.yaml"):
         pytest.fail("broke a foreign lock")
     assert err.value.message.startswith(
-        "another kctl holds the deploy lock: pid 999999999 on gpu-node-7 running "
+        "the deploy lock is held by another kctl: pid 999999999 on gpu-node-7 running "
         "`kctl deploy profiles/kdtree-graphs.yaml` (deployment d-20261129-100000-0001), for "
     )
     assert "runs on another host, so kctl never breaks it itself" in (err.value.hint or "")
