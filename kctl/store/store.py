@@ -120,8 +120,9 @@ class Store(JournalMixin, ResultsMixin):
             try:
                 yield
             except BaseException:
-                self._conn.execute(f"ROLLBACK TO {name}")
-                self._conn.execute(f"RELEASE {name}")
+                if self._conn.in_transaction:
+                    self._conn.execute(f"ROLLBACK TO {name}")
+                    self._conn.execute(f"RELEASE {name}")
                 raise
             else:
                 self._conn.execute(f"RELEASE {name}")
@@ -132,11 +133,16 @@ class Store(JournalMixin, ResultsMixin):
         self._depth = 1
         try:
             yield
-        except BaseException:
+        except BaseException as exc:
             self._depth = 0
             # some errors (disk full, I/O) make SQLite roll back by itself
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(
+                    f"{self.path}: cannot write the state store ({exc})",
+                    hint="check free disk space and that no other program holds the file",
+                ) from exc
             raise
         try:
             self._sql("COMMIT")
