@@ -239,12 +239,6 @@ def _unknown(key: str, valid: list[str]) -> str:
 
 # -- entry point -------------------------------------------------------------------------
 
-#: top-level keys the loader consumes itself (not Profile fields)
-LOADER_KEYS = ("extends",)
-#: Profile fields the loader fills in, never read from the file
-FIXED_FIELDS = ("source", "content_hash")
-
-
 def build_profile(
     data: dict[str, Any], problems: Problems, *, name: str, source: str, baseline: str | None
 ) -> Profile | None:
