@@ -17,11 +17,14 @@ if [[ "${1:-}" == "--force" ]]; then
 fi
 tag="${1:-kctl-test-base:bookworm}"
 mirror="${KCTL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# Bump when the package list changes: an image with an older revision is rebuilt.
+revision=2
 
 log() { printf '[build-base-image] %s\n' "$*" >&2; }
 
-if [[ $force -eq 0 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
-  log "$tag already present; skipping (use --force to rebuild)"
+have="$(docker image inspect --format '{{index .Config.Labels "kctl.test-base"}}' "$tag" 2>/dev/null || true)"
+if [[ $force -eq 0 && "$have" == "$revision" ]]; then
+  log "$tag (revision $revision) already present; skipping (use --force to rebuild)"
   exit 0
 fi
 
@@ -33,10 +36,12 @@ cleanup() { rm -rf --one-file-system "$work"; }
 trap cleanup EXIT
 
 start=$SECONDS
-log "debootstrap bookworm (minbase + python3) into $work"
-# minbase keeps the image small; python3-minimal is not enough for http.server + json,
-# the full python3 package is what the simulator needs.
-debootstrap --variant=minbase --include=python3,ca-certificates bookworm "$work/rootfs" "$mirror" \
+log "debootstrap bookworm (minbase + python3, pip, setuptools, wheel) into $work"
+# minbase keeps the image small. python3 (not -minimal) is what the simulator needs;
+# pip, setuptools and wheel let the tests build a kernel-profile image offline, the way
+# the real image compiles kernels/ (pip wheel --no-build-isolation, then pip install).
+debootstrap --variant=minbase --include=python3,python3-pip,python3-setuptools,python3-wheel,ca-certificates \
+  bookworm "$work/rootfs" "$mirror" \
   >"$work/debootstrap.log" 2>&1 || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
 
 # Drop caches that only bloat the image.
@@ -47,5 +52,6 @@ tar -C "$work/rootfs" -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' \
+  --change "LABEL kctl.test-base=$revision" \
   - "$tag" >/dev/null
 log "done in $((SECONDS - start)) s: $(docker image inspect --format '{{.Id}} {{.Size}} bytes' "$tag")"

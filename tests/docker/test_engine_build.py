@@ -95,3 +95,45 @@ def test_failed_build_names_the_step_and_changes_nothing(
     assert not [
         c for c in leftovers if "kctl-test: compiling" in " ".join(c.attrs["Config"]["Cmd"] or [])
     ]
+
+
+def test_kernel_profile_image_compiles_for_the_profile_archs_and_installs_the_hook(
+    engine: DockerClient, tmp_path: Path
+) -> None:
+    """The two-stage kernel Dockerfile for real: a pure-Python stand-in for kernels/ is
+    built into a wheel with the profile's TORCH_CUDA_ARCH_LIST and installed, startup hook
+    included, into the system interpreter of a PEP 668 base (as SGLang's image is)."""
+    from kctl.profile.model import ImageSpec, Profile
+
+    from .conftest import BASE_IMAGE, REPO
+
+    profile = Profile(
+        name="fake-kernel",
+        source="test",
+        image=ImageSpec(
+            base=BASE_IMAGE,
+            kernel_source="tests/docker/fixtures/kernelpkg",
+            cuda_archs=("9.0a", "12.0"),
+        ),
+    )
+    ctx = build_context(profile, REPO)
+    result = build_image(ctx, state_dir=tmp_path, client=engine, rebuild=True)
+    assert result.built
+    labels = image_labels(engine, ctx.tag) or {}
+    assert labels["kctl.cuda-archs"] == "9.0a;12.0"
+    code = "import fake_kdtree._build_info as b; print(b.TORCH_CUDA_ARCH_LIST)"
+    quiet = engine.containers.run(
+        ctx.tag, ["python3", "-c", code], remove=True, network_mode="none", stderr=True
+    )
+    assert quiet.decode().strip() == "9.0a;12.0"  # no hook line without KDTREE_VERIFY
+    active = engine.containers.run(
+        ctx.tag,
+        ["python3", "-c", "pass"],
+        remove=True,
+        network_mode="none",
+        stderr=True,
+        stdout=True,
+        environment={"KDTREE_VERIFY": "1"},
+    )
+    assert active.decode().strip() == "kdtree-verify: active kernel=fake archs=9.0a;12.0"
+    engine.images.remove(ctx.tag)

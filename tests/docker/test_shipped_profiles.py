@@ -103,9 +103,12 @@ RUN python3 -m pip wheel --no-build-isolation --no-deps --no-index --wheel-dir /
 
 # Stage 2: the serving image: the same base plus the kernel wheel, which also installs the
 # SGLang startup hook (inert unless KDTREE_VERIFY=1 is set in the server's env).
+# PIP_BREAK_SYSTEM_PACKAGES: SGLang lives in the image's system interpreter, which pip
+# refuses to change on PEP 668 distributions (Ubuntu 24.04, Debian 12) without it.
 FROM lmsysorg/sglang:v0.5.10-cu130
 COPY --from=kernel-build /build/wheels/ /tmp/kctl-wheels/
-RUN python3 -m pip install --no-build-isolation --no-deps --no-index /tmp/kctl-wheels/*.whl \\
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-build-isolation --no-deps --no-index \\
+      /tmp/kctl-wheels/*.whl \\
  && rm -rf /tmp/kctl-wheels
 ARG KCTL_SOURCE_HASH=unknown
 LABEL kctl.profile="{name}" \\
