@@ -203,3 +203,27 @@ def test_slowdown_noise_and_cache() -> None:
 def test_zero_new_tokens() -> None:
     p = _plan(max_new_tokens=0)
     assert p.completion_tokens == 0 and [s.tokens for s in p.steps] == [0]
+
+
+# -- isolation -----------------------------------------------------------------------------
+def test_simulator_imports_only_the_stdlib_and_kctl_sim() -> None:
+    """It is copied into test images alone: no kctl module outside kctl.sim, no third-party
+    package may be imported by any of its modules."""
+    import subprocess
+    import sys
+
+    from tests.sim.conftest import REPO
+
+    code = (
+        "import sys; before = set(sys.modules)\n"
+        "import kctl.sim.lifecycle, kctl.sim.__main__\n"
+        "print('\\n'.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    ours = {m for m in out if m.split(".")[0] == "kctl"}
+    assert ours and all(m == "kctl" or m.startswith("kctl.sim") for m in ours), ours
+    stdlib = sys.stdlib_module_names
+    foreign = {m for m in out if m.split(".")[0] not in stdlib and m.split(".")[0] != "kctl"}
+    assert not foreign, foreign
