@@ -8,6 +8,7 @@ Endpoints: ``/health`` ``/health_generate`` ``/get_model_info`` ``/model_info``
 from __future__ import annotations
 
 import json
+import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -30,6 +31,14 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.engine = engine
         self.log = log
         super().__init__(address, Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up is routine; only a real bug may print a traceback, because
+        # kctl's health check treats "Traceback (most recent call last):" as fatal
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _ClientGone(Exception):
@@ -79,10 +88,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, b"", "text/plain; charset=utf-8")
 
     def _body(self) -> Any:
-        length = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise RequestError("chunked request bodies are not supported", 411)
-        raw = self.rfile.read(int(length)) if length else b""
+        length = self.headers.get("Content-Length", "0").strip() or "0"
+        if not length.isdigit():
+            raise RequestError(f"bad Content-Length {length!r}")
+        raw = self.rfile.read(int(length))
         if not raw:
             return {}
         try:

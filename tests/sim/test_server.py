@@ -318,3 +318,24 @@ def test_port_in_use_exits_1(start_sim: Any) -> None:
         sim = start_sim(port=holder.getsockname()[1])
         assert sim.wait_exit() == 1
         assert "error while attempting to bind" in sim.log()
+
+
+def test_rude_clients_never_print_a_traceback(start_sim: Any) -> None:
+    sim = start_sim()
+    sim.wait_ready()
+    # bad Content-Length, a client that hangs up mid-stream, one that resets mid-request
+    with socket.create_connection(("127.0.0.1", sim.port)) as s:
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    with socket.create_connection(("127.0.0.1", sim.port)) as s:
+        body = json.dumps({"input_ids": [1] * 100, "stream": True})
+        s.sendall(
+            f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        s.recv(10)
+    with socket.create_connection(("127.0.0.1", sim.port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+    time.sleep(0.5)
+    assert sim.request("GET", "/health")[0] == 200
+    assert "Traceback" not in sim.log()
