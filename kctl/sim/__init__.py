@@ -11,6 +11,7 @@ images, where ``kctl/sim/shim`` provides an ``sglang`` package whose
 
 Modules: ``args`` (launch flags), ``settings`` (env), ``calibration`` (speed table),
 ``kernel`` (verify path + activation line), ``tokens`` (deterministic outputs),
-``plan`` (request timing as data), ``engine`` (state, requests), ``server`` (HTTP),
+``request`` (/generate bodies as data), ``plan`` (request timing as data),
+``engine`` (server state, running requests), ``server`` (HTTP),
 ``lifecycle`` (start-up, signals), ``logs``.
 """

@@ -13,8 +13,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kctl.sim.engine import Aborted, Engine, RequestError
+from kctl.sim.engine import Aborted, Engine
 from kctl.sim.logs import Log
+from kctl.sim.request import RequestError
 
 _FLUSH_OK = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
