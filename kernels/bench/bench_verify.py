@@ -178,7 +178,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--wheels", default=os.path.join(os.path.dirname(HERE), ".whl"))
-    ap.add_argument("--sweep-min-blocks", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the min_blocks_per_cta sweep")
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -203,7 +203,12 @@ def main():
         row = {"B": b, "H": h, "D": d, "prefix": prefix, "layers": case.n_layers,
                "kv_bytes": case.kv_bytes, "floor_us": floor_us, "flops": case.flops}
         row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
-        if args.sweep_min_blocks and b == 1 and h == 8:
+        # Stage breakdown in a graph: main kernel alone, combine alone (diagnostic launch_parts).
+        for parts, key in ((1, "main_only_graph_us"), (2, "combine_only_graph_us")):
+            case.ws.launch_parts = parts
+            row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
+        case.ws.launch_parts = 3
+        if not args.no_sweep and b == 1 and h == 8:
             sweep = {}
             for mb in (1, 2, 4, 8, 16):
                 case.ws.min_blocks_per_cta = mb
@@ -225,11 +230,12 @@ def main():
         del case
         torch.cuda.empty_cache()
 
-    print("\n| B | H | D | prefix | floor us | ours graph us | ours eager us | host us | "
-          "BW frac (graph) | mma frac | triton graph us | triton eager us |")
+    print("\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
+          "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |")
     for r in res["cases"]:
         print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | {r['floor_us']:.1f} | "
-              f"{r['ours_graph_us']:.1f} | {r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
+              f"{r['ours_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | {r['combine_only_graph_us']:.1f} | "
+              f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
               f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
               f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |")
     if args.json:

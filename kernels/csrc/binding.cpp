@@ -1,5 +1,9 @@
 // Thin torch binding: checks every tensor argument, fills VerifyParams, launches.
-// Errors raise Python exceptions (ValueError / TypeError / RuntimeError); nothing aborts.
+// No C++ exception leaves this file: a failed check or launch returns "<Kind>: <message>"
+// (Kind = ValueError, TypeError or RuntimeError) and kdtree_mla.api raises it in Python.
+// (On the H200 image the first version, which threw c10::Error via TORCH_CHECK, crashed the
+// process with SIGSEGV on its argument-error test; the suspected cause is the exception
+// crossing into torch's pybind11 translator. Returning the message avoids exceptions.)
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -15,6 +19,19 @@ namespace kdtree_mla {
 namespace {
 
 using at::Tensor;
+using Err = std::string;  // empty: ok
+
+#define KD_CHECK(cond, kind, ...) \
+  do {                              \
+    if (!(cond)) return std::string(kind ": ") + c10::str(__VA_ARGS__); \
+  } while (0)
+#define KD_CHECK_VALUE(cond, ...) KD_CHECK(cond, "ValueError", __VA_ARGS__)
+#define KD_CHECK_TYPE(cond, ...) KD_CHECK(cond, "TypeError", __VA_ARGS__)
+#define KD_TRY(expr)                 \
+  do {                               \
+    Err e_ = (expr);                 \
+    if (!e_.empty()) return e_;      \
+  } while (0)
 
 std::string shape_str(const Tensor& t) {
   std::string s = "[";
@@ -22,92 +39,101 @@ std::string shape_str(const Tensor& t) {
   return s + "]";
 }
 
-void check_cuda(const Tensor& t, const char* name, const at::Device& dev) {
-  TORCH_CHECK_VALUE(t.is_cuda(), name, ": must be a CUDA tensor (got ", t.device(), ")");
-  TORCH_CHECK_VALUE(t.device() == dev, name, ": must be on ", dev, " like q (got ", t.device(), ")");
+Err check_cuda(const Tensor& t, const char* name, const at::Device& dev) {
+  KD_CHECK_VALUE(t.is_cuda(), name, ": must be a CUDA tensor (got ", t.device(), ")");
+  KD_CHECK_VALUE(t.device() == dev, name, ": must be on ", dev, " like q (got ", t.device(), ")");
+  return {};
 }
 
-void check_bf16_rows(const Tensor& t, const char* name, const at::Device& dev, int64_t d1,
-                     int64_t last, int64_t rows) {
-  check_cuda(t, name, dev);
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kBFloat16, name, ": must be bfloat16 (got ",
+Err check_bf16_rows(const Tensor& t, const char* name, const at::Device& dev, int64_t d1,
+                    int64_t last, int64_t rows) {
+  KD_TRY(check_cuda(t, name, dev));
+  KD_CHECK_TYPE(t.scalar_type() == at::kBFloat16, name, ": must be bfloat16 (got ",
                    t.scalar_type(), ")");
-  TORCH_CHECK_VALUE(t.dim() == 3 && (d1 < 0 || t.size(1) == d1) && t.size(2) == last &&
+  KD_CHECK_VALUE(t.dim() == 3 && (d1 < 0 || t.size(1) == d1) && t.size(2) == last &&
                         (rows < 0 || t.size(0) == rows),
                     name, ": expected shape [", rows < 0 ? std::string("N") : std::to_string(rows),
                     ", ", d1 < 0 ? std::string("H") : std::to_string(d1), ", ", last, "] (got ",
                     shape_str(t), ")");
-  TORCH_CHECK_VALUE(t.stride(2) == 1, name, ": last dimension must be contiguous (stride ",
-                    t.stride(2), ")");
+  KD_CHECK_VALUE(t.stride(2) == 1, name, ": last dimension must be contiguous (stride ",
+                 t.stride(2), ")");
+  return {};
 }
 
-bool check_index(const Tensor& t, const char* name, const at::Device& dev, int64_t numel) {
-  check_cuda(t, name, dev);
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
+// Sets *is64 when t holds int64.
+Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_t numel, bool* is64) {
+  KD_TRY(check_cuda(t, name, dev));
+  KD_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
                    ": must be int32 or int64 (got ", t.scalar_type(), ")");
-  TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), name, ": must be a contiguous 1-D tensor (got ",
+  KD_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), name, ": must be a contiguous 1-D tensor (got ",
                     shape_str(t), ")");
-  TORCH_CHECK_VALUE(numel < 0 || t.numel() == numel, name, ": expected ", numel,
+  KD_CHECK_VALUE(numel < 0 || t.numel() == numel, name, ": expected ", numel,
                     " elements (B+1) (got ", t.numel(), ")");
-  return t.scalar_type() == at::kLong;
+  *is64 = t.scalar_type() == at::kLong;
+  return {};
 }
 
-void verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
+Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
                 const Tensor& k_buffer, const Tensor& v_buffer, const Tensor& qo_indptr,
                 const Tensor& kv_indptr, const Tensor& kv_indices,
                 const std::optional<Tensor>& custom_mask, const std::optional<Tensor>& mask_indptr,
                 double sm_scale, const std::optional<Tensor>& lse, const Tensor& part_o,
                 const Tensor& part_lse, const Tensor& sched, int64_t num_ctas,
-                int64_t min_blocks_per_cta) {
+                int64_t min_blocks_per_cta, int64_t parts) {
   using Tr = VerifyTraits;
-  TORCH_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
+  KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
-  check_bf16_rows(q, "q", dev, -1, Tr::kHeadDim, -1);
+  KD_TRY(check_bf16_rows(q, "q", dev, -1, Tr::kHeadDim, -1));
   const int64_t T = q.size(0), H = q.size(1);
-  TORCH_CHECK_VALUE(H == 8 || H == 16 || H == 32 || H == 64 || H == 128,
+  KD_CHECK_VALUE(H == 8 || H == 16 || H == 32 || H == 64 || H == 128,
                     "q: H must be one of 8, 16, 32, 64, 128 (got ", H, ")");
-  TORCH_CHECK_VALUE(T >= 1, "q: needs at least one token (got T=0)");
-  TORCH_CHECK_VALUE(q.stride(0) % 2 == 0 && q.stride(1) % 2 == 0 &&
+  KD_CHECK_VALUE(T >= 1, "q: needs at least one token (got T=0)");
+  KD_CHECK_VALUE(q.stride(0) % 2 == 0 && q.stride(1) % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(q.data_ptr()) % 4 == 0,
                     "q: rows must be 4-byte aligned (even strides)");
-  check_bf16_rows(k_extend, "k_extend", dev, 1, Tr::kHeadDim, T);
-  check_bf16_rows(v_extend, "v_extend", dev, 1, Tr::kHeadDimV, T);
-  check_bf16_rows(o, "o_extend", dev, H, Tr::kHeadDimV, T);
-  TORCH_CHECK_VALUE(o.stride(0) % 2 == 0 && o.stride(1) % 2 == 0 &&
+  KD_TRY(check_bf16_rows(k_extend, "k_extend", dev, 1, Tr::kHeadDim, T));
+  KD_TRY(check_bf16_rows(v_extend, "v_extend", dev, 1, Tr::kHeadDimV, T));
+  KD_TRY(check_bf16_rows(o, "o_extend", dev, H, Tr::kHeadDimV, T));
+  KD_CHECK_VALUE(o.stride(0) % 2 == 0 && o.stride(1) % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(o.data_ptr()) % 4 == 0,
                     "o_extend: rows must be 4-byte aligned (even strides)");
-  check_bf16_rows(k_buffer, "k_buffer", dev, 1, Tr::kHeadDim, -1);
-  check_bf16_rows(v_buffer, "v_buffer", dev, 1, Tr::kHeadDimV, k_buffer.size(0));
+  KD_TRY(check_bf16_rows(k_buffer, "k_buffer", dev, 1, Tr::kHeadDim, -1));
+  KD_TRY(check_bf16_rows(v_buffer, "v_buffer", dev, 1, Tr::kHeadDimV, k_buffer.size(0)));
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{k_extend, "k_extend"},
                                 std::pair<const Tensor&, const char*>{k_buffer, "k_buffer"}}) {
-    TORCH_CHECK_VALUE(t.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+    KD_CHECK_VALUE(t.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
                       name, ": token rows must be 16-byte aligned (stride(0) % 8 == 0; got stride ",
                       t.stride(0), ")");
   }
-  TORCH_CHECK_VALUE(v_buffer.data_ptr() == k_buffer.data_ptr() && v_buffer.stride(0) == k_buffer.stride(0),
+  KD_CHECK_VALUE(v_buffer.data_ptr() == k_buffer.data_ptr() && v_buffer.stride(0) == k_buffer.stride(0),
                     "v_buffer: must be the view k_buffer[..., :512] (MLA values are the latent "
                     "columns of the key cache)");
 
   const int64_t B = qo_indptr.numel() - 1;
-  TORCH_CHECK_VALUE(B >= 1, "qo_indptr: needs B+1 >= 2 elements (got ", qo_indptr.numel(), ")");
-  TORCH_CHECK_VALUE(B <= Tr::kMaxBatch && B + 3 <= sched.numel(), "qo_indptr: B=", B,
+  KD_CHECK_VALUE(B >= 1, "qo_indptr: needs B+1 >= 2 elements (got ", qo_indptr.numel(), ")");
+  KD_CHECK_VALUE(B <= Tr::kMaxBatch && B + 3 <= sched.numel(), "qo_indptr: B=", B,
                     " exceeds the workspace's max_batch");
   int index64 = 0;
-  if (check_index(qo_indptr, "qo_indptr", dev, B + 1)) index64 |= kQoIndptr64;
-  if (check_index(kv_indptr, "kv_indptr", dev, B + 1)) index64 |= kKvIndptr64;
-  if (check_index(kv_indices, "kv_indices", dev, -1)) index64 |= kKvIndices64;
+  bool w64 = false;
+  KD_TRY(check_index(qo_indptr, "qo_indptr", dev, B + 1, &w64));
+  if (w64) index64 |= kQoIndptr64;
+  KD_TRY(check_index(kv_indptr, "kv_indptr", dev, B + 1, &w64));
+  if (w64) index64 |= kKvIndptr64;
+  KD_TRY(check_index(kv_indices, "kv_indices", dev, -1, &w64));
+  if (w64) index64 |= kKvIndices64;
 
   const uint8_t* mask_ptr = nullptr;
   const void* mask_indptr_ptr = nullptr;
   if (custom_mask.has_value()) {
     const Tensor& m = *custom_mask;
-    check_cuda(m, "custom_mask", dev);
-    TORCH_CHECK_TYPE(m.scalar_type() == at::kByte || m.scalar_type() == at::kBool,
+    KD_TRY(check_cuda(m, "custom_mask", dev));
+    KD_CHECK_TYPE(m.scalar_type() == at::kByte || m.scalar_type() == at::kBool,
                      "custom_mask: must be uint8 or bool (got ", m.scalar_type(), ")");
-    TORCH_CHECK_VALUE(m.dim() == 1 && m.is_contiguous(), "custom_mask: must be a contiguous 1-D tensor (got ",
+    KD_CHECK_VALUE(m.dim() == 1 && m.is_contiguous(), "custom_mask: must be a contiguous 1-D tensor (got ",
                       shape_str(m), ")");
-    TORCH_CHECK_VALUE(mask_indptr.has_value(), "mask_indptr: required when custom_mask is given");
-    if (check_index(*mask_indptr, "mask_indptr", dev, B + 1)) index64 |= kMaskIndptr64;
+    KD_CHECK_VALUE(mask_indptr.has_value(), "mask_indptr: required when custom_mask is given");
+    KD_TRY(check_index(*mask_indptr, "mask_indptr", dev, B + 1, &w64));
+    if (w64) index64 |= kMaskIndptr64;
     mask_ptr = static_cast<const uint8_t*>(m.data_ptr());
     mask_indptr_ptr = mask_indptr->data_ptr();
   }
@@ -116,26 +142,26 @@ void verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend,
   int64_t lse_stride = 0;
   if (lse.has_value()) {
     const Tensor& l = *lse;
-    check_cuda(l, "lse", dev);
-    TORCH_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse: must be float32 (got ", l.scalar_type(), ")");
-    TORCH_CHECK_VALUE(l.dim() == 2 && l.size(0) == T && l.size(1) == H && l.stride(1) == 1,
+    KD_TRY(check_cuda(l, "lse", dev));
+    KD_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse: must be float32 (got ", l.scalar_type(), ")");
+    KD_CHECK_VALUE(l.dim() == 2 && l.size(0) == T && l.size(1) == H && l.stride(1) == 1,
                       "lse: expected [", T, ", ", H, "] with contiguous last dim (got ", shape_str(l), ")");
     lse_ptr = l.data_ptr<float>();
     lse_stride = l.stride(0);
   }
 
-  TORCH_CHECK_VALUE(num_ctas >= 1 && num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
+  KD_CHECK_VALUE(num_ctas >= 1 && num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
                     kCombineMaxParts - 1, " (got ", num_ctas, ")");
-  check_cuda(part_o, "workspace.partial_o", dev);
-  check_cuda(part_lse, "workspace.partial_lse", dev);
-  check_cuda(sched, "workspace.sched", dev);
-  TORCH_CHECK_VALUE(part_o.scalar_type() == at::kFloat && part_o.is_contiguous() &&
+  KD_TRY(check_cuda(part_o, "workspace.partial_o", dev));
+  KD_TRY(check_cuda(part_lse, "workspace.partial_lse", dev));
+  KD_TRY(check_cuda(sched, "workspace.sched", dev));
+  KD_CHECK_VALUE(part_o.scalar_type() == at::kFloat && part_o.is_contiguous() &&
                         part_o.numel() >= 2 * num_ctas * Tr::kBlockM * Tr::kHeadDimV,
                     "workspace.partial_o: must be contiguous float32 [2*num_ctas, 32, 512]");
-  TORCH_CHECK_VALUE(part_lse.scalar_type() == at::kFloat && part_lse.is_contiguous() &&
+  KD_CHECK_VALUE(part_lse.scalar_type() == at::kFloat && part_lse.is_contiguous() &&
                         part_lse.numel() >= 2 * num_ctas * Tr::kBlockM,
                     "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
-  TORCH_CHECK_VALUE(sched.scalar_type() == at::kInt && sched.is_contiguous(),
+  KD_CHECK_VALUE(sched.scalar_type() == at::kInt && sched.is_contiguous(),
                     "workspace.sched: must be contiguous int32");
 
   VerifyParams p{};
@@ -168,8 +194,10 @@ void verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend,
   p.min_blocks_per_cta = static_cast<int>(min_blocks_per_cta);
 
   const c10::cuda::CUDAGuard guard(dev);
-  const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream());
-  TORCH_CHECK(err == cudaSuccess, "kdtree_mla verify launch failed: ", cudaGetErrorString(err));
+  const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
+                                        static_cast<int>(parts));
+  KD_CHECK(err == cudaSuccess, "RuntimeError", "kdtree_mla verify launch failed: ", cudaGetErrorString(err));
+  return {};
 }
 
 int stages_for_device(int64_t device) { return verify_stages_for_device(static_cast<int>(device)); }
@@ -179,7 +207,8 @@ int stages_for_device(int64_t device) { return verify_stages_for_device(static_c
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MLA target-verify attention kernels (see kdtree_mla.api)";
-  m.def("verify_fwd", &kdtree_mla::verify_fwd, "MLA target-verify attention (checked launch)");
+  m.def("verify_fwd", &kdtree_mla::verify_fwd,
+        "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
   m.def("stages_for_device", &kdtree_mla::stages_for_device,
         "KV pipeline depth the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;

@@ -29,6 +29,10 @@ struct VerifyTraits {
   static constexpr int kPRowElems = kBlockN + 8;
   static constexpr int kPBytes = kBlockM * kPRowElems * 2;
   static constexpr int kRowStatBytes = 2 * kBlockM * 4;  // alpha and 1/l per row
+  // Ring of prefix-token pool indices (8 B slots), filled by cp.async kStages blocks ahead of
+  // the KV copies that need them, so no index load latency sits in the KV issue path.
+  static constexpr int kIdxRingBlocks = 8;
+  static constexpr int kIdxBytes = kIdxRingBlocks * kBlockN * 8;
 
   static constexpr int kMaxBatch = kRedBytes / 4 - 1;  // scheduler scan lives in the red buffer
 
@@ -41,7 +45,7 @@ struct VerifyTraits {
 // Dynamic shared memory for a given pipeline depth.
 constexpr size_t verify_smem_bytes(int stages) {
   return size_t(stages) * VerifyTraits::kStageBytes + VerifyTraits::kRedBytes +
-         VerifyTraits::kPBytes + VerifyTraits::kRowStatBytes;
+         VerifyTraits::kPBytes + VerifyTraits::kRowStatBytes + VerifyTraits::kIdxBytes;
 }
 
 // sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block; the launcher picks the deepest

@@ -3,8 +3,8 @@
 // Work decomposition. A request b has M_b = D_b * H query rows (draft token major, head minor,
 // the order of q's rows) and L_b = P_b + D_b KV tokens (its prefix through kv_indices, then its
 // draft tokens from k_extend). Its rows are cut into ceil(M_b / 32) M-tiles; each (b, M-tile)
-// is a "segment" of ceil(L_b / 32) KV blocks. All segments laid end to end form W blocks; CTA c
-// of the fixed grid (num_ctas) takes blocks [c*q, (c+1)*q), q = max(ceil(W / num_ctas), min).
+// is a "segment" of ceil(L_b / 32) KV blocks, cut into units of q blocks (make_schedule); all
+// units laid end to end are split evenly over the fixed grid of num_ctas CTAs.
 // A segment entirely inside one CTA's range is written straight to o; a segment cut by CTA
 // boundaries leaves one partial (normalised O, LSE) per CTA, in slot 2c + (started here ? 1 : 0),
 // and the combine kernel merges them. Every CTA recomputes the schedule from the index pointers,
@@ -44,6 +44,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(kBytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -108,35 +112,80 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   return r;
 }
 
-// Block-wide exclusive scan of per-request block counts into scan[0..B] (scan[B] = W).
-__device__ void schedule_scan(const VerifyParams& p, int* scan, int* warp_sums) {
+// Block-wide sum of x over the CTA (all threads get it). warp_sums: kWarps ints of smem.
+__device__ __forceinline__ int block_sum(int x, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();
+  if (lane == 0) warp_sums[warp] = x;
+  __syncthreads();
+  int total = 0;
+  for (int i = 0; i < T::kWarps; ++i) total += warp_sums[i];
+  return total;
+}
+
+// The schedule, identical in every CTA. A segment (request b, M-tile) of nblk KV blocks is cut
+// into ceil(nblk / q) "units" of q blocks (the last one shorter), so every segment starts on a
+// unit boundary; CTA c takes units [c * u, (c + 1) * u). When there are few segments
+// (S <= G / 4), q is chosen so that the units fit the grid (u = 1): the M-tiles of a request
+// then split their KV at the same places and the CTAs reading the same KV run concurrently
+// (the L2 serves the re-reads). With many segments q = 1: plain block-level balancing.
+struct Schedule {
+  int blocks_per_unit;  // q
+  int units_per_cta;    // u
+  int total_units;      // U
+};
+
+__device__ __forceinline__ int units_of(const Request& r, int q) {
+  return r.mtiles * ((r.nblk + q - 1) / q);
+}
+
+// Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U).
+__device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int w = 0, segs = 0;
+  for (int b = tid; b < p.batch; b += T::kThreads) {
+    const Request r = load_request(p, b);
+    w += r.mtiles * r.nblk;
+    segs += r.nblk > 0 ? r.mtiles : 0;
+  }
+  const int total_blocks = block_sum(w, warp_sums);
+  const int total_segs = block_sum(segs, warp_sums);
+  const int min_blocks = max(p.min_blocks_per_cta, 1);
+  Schedule s;
+  if (total_segs * 4 <= p.num_ctas) {
+    const int denom = p.num_ctas - total_segs;
+    s.blocks_per_unit = max(min_blocks, (total_blocks + denom - 1) / denom);
+  } else {
+    s.blocks_per_unit = 1;
+  }
+  const int q = s.blocks_per_unit;
   int carry = 0;
   for (int base = 0; base < p.batch; base += T::kThreads) {
     const int b = base + tid;
-    int w = 0;
-    if (b < p.batch) {
-      const Request r = load_request(p, b);
-      w = r.mtiles * r.nblk;
-    }
-    int x = w;
+    int x = b < p.batch ? units_of(load_request(p, b), q) : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, x, o);
       if (lane >= o) x += y;
     }
+    __syncthreads();
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
-    int before = 0;
-    for (int i = 0; i < warp; ++i) before += warp_sums[i];
-    int total = 0;
-    for (int i = 0; i < T::kWarps; ++i) total += warp_sums[i];
+    int before = 0, total = 0;
+    for (int i = 0; i < T::kWarps; ++i) {
+      if (i < warp) before += warp_sums[i];
+      total += warp_sums[i];
+    }
     if (b < p.batch) scan[b + 1] = carry + before + x;
     carry += total;
-    __syncthreads();
   }
   if (tid == 0) scan[0] = 0;
   __syncthreads();
+  s.total_units = scan[p.batch];
+  s.units_per_cta = max((s.total_units + p.num_ctas - 1) / p.num_ctas, q == 1 ? min_blocks : 1);
+  return s;
 }
 
 template <int kStages>
@@ -147,6 +196,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + kStages * T::kStageBytes + T::kRedBytes);
   float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;  // 1 / l per row, written in the epilogue
+  uint8_t* idx_s = smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes + T::kRowStatBytes;
   __shared__ int warp_sums[T::kWarps];
   __shared__ int start_info[2];
 
@@ -154,22 +204,27 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   const int kg = warp % T::kKGroups, ng = warp / T::kKGroups;
   const int g = lane >> 2, t4 = lane & 3;
   const int cta = blockIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Let the combine kernel (launched with programmatic stream serialization) get scheduled
+  // early; it waits on griddepcontrol.wait for this grid's memory before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 
   // ---- schedule (identical in every CTA) ----
   int* scan = reinterpret_cast<int*>(red_s);
-  schedule_scan(p, scan, warp_sums);
-  const int total_blocks = scan[p.batch];
-  const int per_cta = max((total_blocks + p.num_ctas - 1) / p.num_ctas, max(p.min_blocks_per_cta, 1));
+  const Schedule sch = make_schedule(p, scan, warp_sums);
+  const int q = sch.blocks_per_unit;
   if (cta == 0) {
     for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
     if (tid == 0) {
-      p.sched[0] = per_cta;
-      p.sched[1] = total_blocks;
+      p.sched[0] = sch.units_per_cta;
+      p.sched[1] = q;
     }
   }
-  const int range_lo = cta * per_cta;  // int: W <= 4096 * 64 * 8193 fits
-  const int range_hi = min(range_lo + per_cta, total_blocks);
-  if (range_lo >= total_blocks) return;
+  // Units fit in int: U <= W <= 4096 requests * 64 M-tiles * 8193 blocks.
+  const int range_lo = cta * sch.units_per_cta;
+  const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
+  if (range_lo >= sch.total_units) return;
   if (tid == 0) {
     int lo = 0, hi = p.batch - 1;  // largest b with scan[b] <= range_lo
     while (lo < hi) {
@@ -185,10 +240,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   __syncthreads();  // scan (red buffer) is reused below
 
   Request req = load_request(p, b);
+  int seg_units = (req.nblk + q - 1) / q;
   int off = range_lo - req_start;
-  int mt = off / req.nblk;
-  int blk_lo = off - mt * req.nblk;
-  int seg_start = req_start + mt * req.nblk;
+  int mt = off / seg_units;
+  int unit_lo = off - mt * seg_units;
+  int seg_start = req_start + mt * seg_units;  // in units
 
   const bool idx64 = p.index64 & kKvIndices64;
   const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
@@ -200,17 +256,36 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   const int ld_tok = tid >> 3, ld_chunk = tid & 7;
 
   while (true) {
-    const int blk_hi = min(req.nblk, range_hi - seg_start);
+    const int unit_hi = min(seg_units, range_hi - seg_start);
+    const int blk_lo = unit_lo * q;
+    const int blk_hi = min(unit_hi * q, req.nblk);
     const int nb = blk_hi - blk_lo;
     const int row0 = mt * T::kBlockM;
     const int tok_lo = blk_lo * T::kBlockN;
     const int tok_hi = min(blk_hi * T::kBlockN, req.kv_len);
 
-    // Source row of KV token k of this request, or null when k is past this piece's range.
-    auto token_src = [&](int k) -> const __nv_bfloat16* {
+    const uint32_t idx_base = smem_u32(idx_s);
+    // Pool index of token (tok_lo + blk * 32 + tid) into ring slot, by cp.async (tid < 32).
+    auto issue_idx = [&](int blk) {
+      if (tid < T::kBlockN && blk < nb) {
+        const int k = tok_lo + blk * T::kBlockN + tid;
+        if (k < tok_hi && k < req.prefix) {
+          const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * T::kBlockN + tid) * 8;
+          if (idx64)
+            cp_async_small<8>(dst, static_cast<const int64_t*>(p.kv_indices) + req.kv_begin + k);
+          else
+            cp_async_small<4>(dst, static_cast<const int32_t*>(p.kv_indices) + req.kv_begin + k);
+        }
+      }
+    };
+    // Source row of this thread's token in block blk, or null past the piece's range.
+    auto token_src = [&](int blk) -> const __nv_bfloat16* {
+      const int k = tok_lo + blk * T::kBlockN + ld_tok;
       if (k >= tok_hi) return nullptr;
       if (k < req.prefix) {
-        const int64_t idx = load_index(p.kv_indices, req.kv_begin + k, idx64);
+        const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + ld_tok) * 8;
+        const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
+                                  : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
         return kbuf + idx * p.k_buf_stride;
       }
       return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
@@ -223,14 +298,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       for (int j = 0; j < T::kHeadDim / 64; ++j) cp_async16(dst + j * 128, s + (src != nullptr ? j * 64 : 0), n);
     };
 
-    // Prologue: first kStages-1 blocks; the row pointer for block kStages-1 is prefetched.
+    // Indices of the first kStages blocks (one exposed latency per piece); Q is loaded meanwhile.
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < nb) issue_block(s, token_src(tok_lo + s * T::kBlockN + ld_tok));
-      cp_async_commit();
-    }
-    const __nv_bfloat16* next_src =
-        (kStages - 1 < nb) ? token_src(tok_lo + (kStages - 1) * T::kBlockN + ld_tok) : nullptr;
+    for (int blk = 0; blk < kStages; ++blk) issue_idx(blk);
+    cp_async_commit();
 
     // Q fragments of this warp's k-group, straight from global memory.
     uint32_t qf[2][T::kKSteps][4];
@@ -253,6 +324,17 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         }
       }
     }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Prologue: KV of the first kStages-1 blocks. The index of block m always travels in the
+    // cp.async group of KV block m - kStages, which is complete before block m is issued.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < nb) issue_block(s, token_src(s));
+      issue_idx(s + kStages);
+      cp_async_commit();
+    }
 
     float acc[2][8][4];
 #pragma unroll
@@ -274,9 +356,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       __syncthreads();
       {
         const int nxt = i + kStages - 1;
-        if (nxt < nb) issue_block(nxt % kStages, next_src);
+        if (nxt < nb) issue_block(nxt % kStages, token_src(nxt));
+        issue_idx(nxt + kStages);
         cp_async_commit();
-        next_src = (nxt + 1 < nb) ? token_src(tok_lo + (nxt + 1) * T::kBlockN + ld_tok) : nullptr;
       }
       const uint32_t stage = kv_base + (i % kStages) * T::kStageBytes;
 
@@ -402,8 +484,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     }
 
     // ---- epilogue ----
-    const bool full = blk_lo == 0 && blk_hi == req.nblk;
-    const int slot = 2 * cta + (blk_lo > 0 ? 0 : 1);
+    const bool full = unit_lo == 0 && unit_hi == seg_units;
+    const int slot = 2 * cta + (unit_lo > 0 ? 0 : 1);
     if ((tid & 7) == 0) {
       const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
       inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
@@ -446,15 +528,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     }
 
     // ---- next segment ----
-    if (seg_start + req.nblk >= range_hi) break;
-    seg_start += req.nblk;
-    blk_lo = 0;
+    if (seg_start + seg_units >= range_hi) break;
+    seg_start += seg_units;
+    unit_lo = 0;
     if (++mt >= req.mtiles) {
       mt = 0;
       do {
         ++b;
         req = load_request(p, b);
       } while (req.nblk == 0);
+      seg_units = (req.nblk + q - 1) / q;
     }
     __syncthreads();  // inv_s / stages reused by the next piece
   }
@@ -469,7 +552,11 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
   __shared__ float scal[kCombineThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int kW = kCombineThreads / 32;
-  const int per_cta = p.sched[0];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // main grid done, its writes visible
+#endif
+  const int per_cta = p.sched[0];  // units per CTA
+  const int q = p.sched[1];        // blocks per unit
   const int64_t nrows = int64_t(p.num_tokens) * p.num_heads;
   const int col0 = blockIdx.y * 64;
 
@@ -484,9 +571,10 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
     const Request req = load_request(p, lo);
     const int local = static_cast<int>(t - req.qo_begin) * p.num_heads + h;
     const int mt = local / T::kBlockM, r = local % T::kBlockM;
-    const int seg_start = p.sched[2 + lo] + mt * req.nblk;
+    const int seg_units = (req.nblk + q - 1) / q;
+    const int seg_start = p.sched[2 + lo] + mt * seg_units;
     const int c0 = seg_start / per_cta;
-    const int c1 = (seg_start + req.nblk - 1) / per_cta;
+    const int c1 = (seg_start + seg_units - 1) / per_cta;
     if (c0 == c1) continue;  // uniform across the CTA
     const int nparts = c1 - c0 + 1;
     auto slot_of = [&](int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); };

@@ -46,19 +46,35 @@ int verify_stages_for_device(int device) {
   return stages;
 }
 
-cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream) {
+cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream, int parts) {
   const int stages = verify_stages_for_device(device);
   if (stages == 0) return cudaErrorInvalidConfiguration;
   if (p.batch < 1 || p.batch > VerifyTraits::kMaxBatch || p.num_ctas < 1 ||
       p.num_ctas >= kCombineMaxParts || p.num_tokens < 1)
     return cudaErrorInvalidValue;
   DeviceCache& cache = g_cache[device];
-  cudaError_t e = stages == kStagesLarge ? launch_main<kStagesLarge>(p, cache, stream)
+  cudaError_t e = cudaSuccess;
+  if (parts & kLaunchMain)
+    e = stages == kStagesLarge ? launch_main<kStagesLarge>(p, cache, stream)
                                          : launch_main<kStagesSmall>(p, cache, stream);
   if (e != cudaSuccess) return e;
+  if (!(parts & kLaunchCombine)) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
   const unsigned gx = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  detail::verify_combine_kernel<<<dim3(gx, kCombineSplits), kCombineThreads, 0, stream>>>(p);
+  // Programmatic dependent launch: the combine grid may be scheduled while the main grid
+  // drains; it blocks on griddepcontrol.wait until the main grid's writes are visible.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(gx, kCombineSplits);
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  e = cudaLaunchKernelEx(&cfg, detail::verify_combine_kernel, p);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

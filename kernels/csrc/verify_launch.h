@@ -13,6 +13,10 @@ int verify_stages_for_device(int device);
 // Launches the split-KV kernel and the combine kernel on `stream`. Returns the first CUDA
 // error (never aborts). Launch geometry: main grid = params.num_ctas, combine grid from
 // params.num_tokens * params.num_heads: never from device data.
-cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream);
+// `parts` selects the kernels to launch (both by default; one alone only for benchmarks that
+// time the two stages separately: the combine reads what the last main launch wrote).
+enum LaunchParts : int { kLaunchMain = 1, kLaunchCombine = 2, kLaunchAll = 3 };
+cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream,
+                          int parts = kLaunchAll);
 
 }  // namespace kdtree_mla

@@ -71,10 +71,23 @@ BLOCK_M = 32
 MAX_BATCH_LIMIT = 4096
 
 
-def _load_ext():  # pragma: no cover - needs the compiled extension
-    from kdtree_mla import _C  # noqa: PLC0415
+_EXT = None
+_ERROR_KINDS = {"ValueError": ValueError, "TypeError": TypeError, "RuntimeError": RuntimeError}
 
-    return _C
+
+def _load_ext():  # pragma: no cover - needs the compiled extension
+    global _EXT
+    if _EXT is None:
+        from kdtree_mla import _C  # noqa: PLC0415
+
+        _EXT = _C
+    return _EXT
+
+
+def _raise(err: str) -> None:
+    """The binding returns '<Kind>: message' instead of throwing through C++."""
+    kind, _, msg = err.partition(": ")
+    raise _ERROR_KINDS.get(kind, RuntimeError)(msg or err)
 
 
 @dataclass(frozen=True)
@@ -143,10 +156,34 @@ class VerifyWorkspace:
         # less partial-result traffic on short contexts. Plain host int: changing it between
         # eager calls is fine; a captured graph keeps the value it was captured with.
         self.min_blocks_per_cta = 4
+        # Diagnostic for benchmarks only: 1 = main kernel alone, 2 = combine alone, 3 = both.
+        self.launch_parts = 3
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.partial_o, self.partial_lse, self.sched))
+
+
+def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, sm_scale, lse, workspace):
+    # Hot path (every layer of every verify step): positional, few Python operations; the
+    # binding checks every tensor. T and H are bounded here because the workspace is declared
+    # for them; B against max_batch is checked in the binding (the schedule table's size).
+    lim = workspace.limits
+    shape = q.shape
+    if len(shape) != 3 or shape[1] != lim.num_heads or shape[0] > lim.max_tokens:
+        raise ValueError(
+            f"q: expected [T <= {lim.max_tokens}, {lim.num_heads}, {HEAD_DIM_QK}] for this workspace "
+            f"(got shape {tuple(shape)})"
+        )
+    err = (_EXT or _load_ext()).verify_fwd(
+        q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+        custom_mask, mask_indptr, float(sm_scale), lse, workspace.partial_o,
+        workspace.partial_lse, workspace.sched, workspace.num_ctas, workspace.min_blocks_per_cta,
+        workspace.launch_parts,
+    )
+    if err:
+        _raise(err)
 
 
 def verify_attention(
@@ -167,38 +204,8 @@ def verify_attention(
     lse: torch.Tensor | None = None,
 ) -> None:
     """Target-verify MLA attention; see the module docstring for shapes and meanings."""
-    lim = workspace.limits
-    if q.dim() != 3:
-        raise ValueError(f"q: expected [T, H, {HEAD_DIM_QK}] (got shape {tuple(q.shape)})")
-    if q.shape[1] != lim.num_heads:
-        raise ValueError(f"q: H={q.shape[1]} but the workspace was made for H={lim.num_heads}")
-    if q.shape[0] > lim.max_tokens:
-        raise ValueError(f"q: T={q.shape[0]} exceeds the workspace's max_tokens={lim.max_tokens}")
-    if qo_indptr.dim() != 1 or qo_indptr.shape[0] - 1 > lim.max_batch:
-        raise ValueError(
-            f"qo_indptr: expected [B+1] with B <= max_batch={lim.max_batch} "
-            f"(got shape {tuple(qo_indptr.shape)})"
-        )
-    _load_ext().verify_fwd(
-        q,
-        k_extend,
-        v_extend,
-        out,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        mask_indptr,
-        float(sm_scale),
-        lse,
-        workspace.partial_o,
-        workspace.partial_lse,
-        workspace.sched,
-        workspace.num_ctas,
-        workspace.min_blocks_per_cta,
-    )
+    _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+            custom_mask, mask_indptr, sm_scale, lse, workspace)
 
 
 def extend_attention_fwd(
@@ -222,29 +229,16 @@ def extend_attention_fwd(
     workspace: VerifyWorkspace,
     lse_extend: torch.Tensor | None = None,
 ) -> None:
-    """Drop-in for SGLang's ``extend_attention_fwd`` in target-verify mode (module docstring)."""
-    del max_len_extend  # launch geometry never depends on it
+    """Drop-in for SGLang's ``extend_attention_fwd`` in target-verify mode (module docstring).
+
+    ``max_len_extend`` is accepted and ignored: no launch depends on it.
+    """
     if logit_cap != 0.0:
         raise ValueError(f"logit_cap must be 0 for the MLA verify kernel (got {logit_cap})")
     if not skip_prefix_custom_mask:
         raise ValueError("skip_prefix_custom_mask=False is not supported: prefix columns are all visible")
     if custom_mask is None and not is_causal:
         raise ValueError("custom_mask=None needs is_causal=True (draft tokens are then a chain)")
-    if sm_scale is None:
-        sm_scale = HEAD_DIM_QK**-0.5
-    verify_attention(
-        q=q_extend,
-        k_extend=k_extend,
-        v_extend=v_extend,
-        out=o_extend,
-        k_buffer=k_buffer,
-        v_buffer=v_buffer,
-        qo_indptr=qo_indptr,
-        kv_indptr=kv_indptr,
-        kv_indices=kv_indices,
-        custom_mask=custom_mask,
-        mask_indptr=mask_indptr,
-        sm_scale=sm_scale,
-        workspace=workspace,
-        lse=lse_extend,
-    )
+    _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
+            kv_indices, custom_mask, mask_indptr, HEAD_DIM_QK**-0.5 if sm_scale is None else sm_scale,
+            lse_extend, workspace)

@@ -1,0 +1,219 @@
+"""Per-step target-verify attention cost through SGLang's real Triton backend, patched or not.
+
+One "step" is what a verify forward pass spends in attention: ``init_forward_metadata`` (or, in
+CUDA-graph mode, ``init_forward_metadata_replay_cuda_graph`` plus the graph replay) and then
+``TritonAttnBackend.forward_extend`` for every layer (draft-KV save + attention), each layer
+with its own KV buffer so the L2 cache does not flatter short contexts. Timed with CUDA events
+around the whole step (so host launch gaps in eager mode count), median of ``--reps``.
+
+Modes:
+
+* ``sglang_eager``  SGLang 0.5.10's Triton ``extend_attention_fwd`` (the router removed);
+* ``kdtree_eager``  the patched backend (startup hook installed before SGLang's import);
+* ``kdtree_graph``  the patched backend captured in one CUDA graph of all layers;
+* ``sglang_graph``  SGLang's Triton path in a CUDA graph (today's known-good serving mode).
+
+The floor is the KV bytes every step must read (layers x (prefix + draft) x 1152 B per request)
+over the device-to-device copy bandwidth measured in the same run (read + write counted).
+
+    python kernels/bench/bench_sglang_step.py --json $OUT/sglang_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kernels"))
+
+from kdtree_mla.sglang import standalone  # noqa: E402
+
+SM_SCALE = 192**-0.5
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    n = 1 << 30  # 2 GiB of bf16
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(12):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    return 2 * n * 2 / statistics.median(times[2:])
+
+
+def time_step(step: Any, reps: int, warmup: int) -> float:
+    """Median milliseconds of ``step()`` between two CUDA events."""
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        samples.append(a.elapsed_time(b))
+    return statistics.median(samples)
+
+
+def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> dict[str, Any]:
+    from kdtree_mla.sglang import patch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    b, d, h, layers = args.batch, args.draft, args.heads, args.layers
+    pool_size = b * (prefix + d) + 1024
+    pool = standalone.MLAPool(layers, pool_size)
+    for buf in pool.buffers:
+        buf.normal_()
+    runner = standalone.make_model_runner(
+        pool=pool,
+        num_heads=h,
+        num_draft_tokens=d,
+        max_requests=max(b, 4),
+        context_len=prefix + 64,
+        cuda_graph_max_bs=b,
+    )
+    backend = tb.TritonAttnBackend(runner)
+    router = vars(backend).get(patch.ROUTER)
+    if router is None:
+        raise SystemExit("the backend declined the kernel; see the kdtree-verify line above")
+    kernel_fwd = backend.extend_attention_fwd
+    sglang_fwd = router.original
+
+    gen = torch.Generator().manual_seed(prefix)
+    perm = torch.randperm(pool_size, generator=gen)[: b * (prefix + d)].cuda()
+    slots = [perm[i * (prefix + d) : (i + 1) * (prefix + d)] for i in range(b)]
+    parents = [[-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, d)]] * b
+    fb = standalone.verify_batch(
+        runner=runner, prefix_lens=[prefix] * b, num_draft_tokens=d, parents=parents,
+        req_rows=list(range(b)), slots=slots,
+    )  # fmt: skip
+    q = torch.randn((b * d, h * 576), device="cuda").to(torch.bfloat16)
+    k = torch.randn((b * d, 1, 576), device="cuda").to(torch.bfloat16)
+    v = k[..., :512].clone()
+    layer_objs = [standalone.make_layer(i, h, SM_SCALE) for i in range(layers)]
+
+    def eager_step() -> Any:
+        backend.init_forward_metadata(fb)
+        out = None
+        for layer in layer_objs:
+            out = backend.forward_extend(q, k, v, layer, fb)
+        return out
+
+    result: dict[str, Any] = {"context": prefix, "batch": b, "heads": h, "draft": d}
+    backend.extend_attention_fwd = sglang_fwd
+    o_sglang = eager_step().clone()
+    result["sglang_eager_ms"] = time_step(eager_step, args.reps, args.warmup)
+    backend.extend_attention_fwd = kernel_fwd
+    o_kernel = eager_step().clone()
+    calls_before = router.kernel_calls
+    result["kdtree_eager_ms"] = time_step(eager_step, args.reps, args.warmup)
+    assert router.kernel_calls > calls_before, "the patched path did not reach the kernel"
+    diff = (o_kernel.double() - o_sglang.double()).norm() / o_sglang.double().norm()
+    result["rel_diff_vs_sglang"] = float(diff)
+
+    # CUDA graphs: capture all layers once per mode over SGLang's static buffers.
+    backend.init_cuda_graph_state(b, b * d)
+    static_rpi = fb.req_pool_indices.clone()
+    static_seq = fb.seq_lens.clone()
+
+    def capture(fwd: Any) -> torch.cuda.CUDAGraph:
+        backend.extend_attention_fwd = fwd
+        backend.init_forward_metadata_capture_cuda_graph(
+            b, b * d, static_rpi, static_seq, None, ForwardMode.TARGET_VERIFY, fb.spec_info
+        )
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for layer in layer_objs:
+                backend.forward_extend(q, k, v, layer, fb)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for layer in layer_objs:
+                backend.forward_extend(q, k, v, layer, fb)
+        return graph
+
+    for mode, fwd in (("kdtree_graph", kernel_fwd), ("sglang_graph", sglang_fwd)):
+        graph = capture(fwd)
+
+        def graph_step(graph: torch.cuda.CUDAGraph = graph) -> None:
+            backend.init_forward_metadata_replay_cuda_graph(
+                b, static_rpi, static_seq, fb.seq_lens_sum, None, ForwardMode.TARGET_VERIFY,
+                fb.spec_info, fb.seq_lens_cpu,
+            )  # fmt: skip
+            graph.replay()
+
+        result[f"{mode}_ms"] = time_step(graph_step, args.reps, args.warmup)
+        del graph
+    backend.extend_attention_fwd = kernel_fwd
+
+    kv_bytes = layers * b * (prefix + d) * 1152
+    result["floor_ms"] = kv_bytes / bw * 1e3
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contexts", type=int, nargs="+", default=[5700, 23000, 91000])
+    parser.add_argument("--layers", type=int, default=61, help="Kimi K2 has 61")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8, help="per GPU at TP8")
+    parser.add_argument("--draft", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--wheel", type=Path, default=REPO / ".whl/sglang-0.5.10-py3-none-any.whl")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    tree = standalone.build_tree(args.wheel, Path(tempfile.mkdtemp(prefix="sglang-")))
+    sys.path.insert(0, str(tree))
+    os.environ["KDTREE_VERIFY"] = "1"
+    from kdtree_mla._startup import install
+
+    install()
+    from sglang.srt.layers.attention import triton_backend as tb
+
+    bw = copy_bandwidth()
+    rows = []
+    for prefix in args.contexts:
+        rows.append(bench_context(tb, prefix, args, bw))
+        torch.cuda.empty_cache()  # the previous context's 61 KV buffers are garbage now
+    device = torch.cuda.get_device_name()
+    report = SimpleNamespace(device=device, copy_bandwidth_tbs=bw / 1e12, rows=rows)
+    if args.json:
+        args.json.write_text(json.dumps(vars(report), indent=2))
+    print(f"\n{device}, copy bandwidth {bw / 1e12:.2f} TB/s, {args.layers} layers, "
+          f"B={args.batch} H={args.heads} D={args.draft}, median of {args.reps}")  # fmt: skip
+    print("| context | SGLang Triton eager | kdtree eager | kdtree graph | SGLang Triton graph "
+          "| KV floor | eager speed-up | graph speed-up | rel diff |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['context']} | {r['sglang_eager_ms']:.3f} ms | {r['kdtree_eager_ms']:.3f} ms "
+            f"| {r['kdtree_graph_ms']:.3f} ms | {r['sglang_graph_ms']:.3f} ms "
+            f"| {r['floor_ms']:.3f} ms | {r['sglang_eager_ms'] / r['kdtree_eager_ms']:.2f}x "
+            f"| {r['sglang_graph_ms'] / r['kdtree_graph_ms']:.2f}x | {r['rel_diff_vs_sglang']:.1e} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

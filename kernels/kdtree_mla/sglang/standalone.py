@@ -1,0 +1,354 @@
+"""Run SGLang's real Triton attention backend without installing SGLang (GPU tests, benchmarks).
+
+SGLang's pure-Python wheel carries ``TritonAttnBackend`` and its Triton kernels, but importing
+them the normal way pulls in the whole server (FastAPI, transformers, sgl-kernel ...).
+:func:`build_tree` extracts only these files from the wheel, unchanged::
+
+    sglang/srt/layers/attention/triton_backend.py
+    sglang/srt/layers/attention/utils.py                  (create_flashinfer_kv_indices_triton)
+    sglang/srt/layers/attention/triton_ops/extend_attention.py
+    sglang/srt/layers/attention/triton_ops/decode_attention.py
+    sglang/srt/layers/attention/triton_ops/prefill_attention.py
+
+and writes small stand-ins for what they import (:data:`STUBS` says what each one is). Nothing
+that runs on the target-verify path is stubbed: metadata (``init_forward_metadata``, the
+CUDA-graph hooks), the KV-index kernel and ``extend_attention_fwd`` are SGLang's code. A
+``sglang-<version>.dist-info`` makes the version readable by ``importlib.metadata``, as the
+startup hook reads it in the image.
+
+The builders below (:func:`make_model_runner`, :class:`MLAPool`, :func:`make_layer`,
+:func:`verify_batch`) stand in for the model runner, the KV pool and the speculative batch with
+exactly the attributes ``TritonAttnBackend`` reads. They import torch when called.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+#: Files taken unchanged from the wheel (paths inside it).
+REAL_FILES = (
+    "sglang/srt/layers/attention/triton_backend.py",
+    "sglang/srt/layers/attention/utils.py",
+    "sglang/srt/layers/attention/triton_ops/extend_attention.py",
+    "sglang/srt/layers/attention/triton_ops/decode_attention.py",
+    "sglang/srt/layers/attention/triton_ops/prefill_attention.py",
+)
+
+#: Stand-ins: path -> (what it replaces, source).
+STUBS: dict[str, tuple[str, str]] = {
+    "sglang/__init__.py": ("the frontend language package (imports the whole server)", ""),
+    "sglang/srt/utils/__init__.py": (
+        "sglang.srt.utils.common: the six helpers the Triton files import, same bodies",
+        """
+import os
+import torch
+
+
+def is_cuda():
+    return torch.version.cuda is not None and torch.cuda.is_available()
+
+
+def is_hip():
+    return torch.version.hip is not None
+
+
+def get_bool_env_var(name, default="false"):
+    return os.getenv(name, default).lower() in ("true", "1")
+
+
+def get_int_env_var(name, default=0):
+    value = os.getenv(name)
+    return default if value is None or not value.strip() else int(value)
+
+
+def get_device_core_count(device_id=0):
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device_id).multi_processor_count
+    return 0
+
+
+def next_power_of_2(n):
+    return 1 << (n - 1).bit_length() if n > 0 else 1
+""",
+    ),
+    "sglang/srt/configs/model_config.py": (
+        "AttentionArch only",
+        """
+from enum import IntEnum, auto
+
+
+class AttentionArch(IntEnum):
+    MLA = auto()
+    MHA = auto()
+""",
+    ),
+    "sglang/srt/layers/attention/base_attn_backend.py": (
+        "AttentionBackend: an empty base class (the ABC's forward() dispatch is not used)",
+        """
+class AttentionBackend:
+    def __init__(self):
+        pass
+""",
+    ),
+    "sglang/srt/layers/dp_attention.py": (
+        "get_attention_tp_size() = 1 (one attention-TP rank)",
+        "def get_attention_tp_size():\n    return 1\n",
+    ),
+    "sglang/srt/layers/radix_attention.py": (
+        "AttentionType only",
+        """
+from enum import Enum
+
+
+class AttentionType(Enum):
+    DECODER = "decoder"
+    DECODER_BIDIRECTIONAL = "decoder_bidirectional"
+    ENCODER_ONLY = "encoder_only"
+""",
+    ),
+    "sglang/srt/model_executor/forward_batch_info.py": (
+        "ForwardMode with 0.5.10's predicates; ForwardBatch is a plain namespace",
+        """
+from enum import IntEnum, auto
+from types import SimpleNamespace
+
+
+class ForwardMode(IntEnum):
+    EXTEND = auto()
+    DECODE = auto()
+    MIXED = auto()
+    IDLE = auto()
+    TARGET_VERIFY = auto()
+    DRAFT_EXTEND = auto()
+    DRAFT_EXTEND_V2 = auto()
+
+    def is_decode(self):
+        return self == ForwardMode.DECODE
+
+    def is_idle(self):
+        return self == ForwardMode.IDLE
+
+    def is_mixed(self):
+        return self == ForwardMode.MIXED
+
+    def is_decode_or_idle(self):
+        return self in (ForwardMode.DECODE, ForwardMode.IDLE)
+
+    def is_target_verify(self):
+        return self == ForwardMode.TARGET_VERIFY
+
+    def is_draft_extend(self, include_v2=False):
+        return self == ForwardMode.DRAFT_EXTEND or (
+            include_v2 and self == ForwardMode.DRAFT_EXTEND_V2
+        )
+
+
+class ForwardBatch(SimpleNamespace):
+    pass
+""",
+    ),
+    "sglang/srt/speculative/spec_utils.py": (
+        "generate_draft_decode_kv_indices: draft decode only, never reached here",
+        "def generate_draft_decode_kv_indices(*args, **kwargs):\n"
+        "    raise NotImplementedError('draft decode is not part of the standalone tree')\n",
+    ),
+    "sgl_kernel/__init__.py": (
+        "sgl-kernel (CUDA ops): utils.py imports concat_mla_absorb_q, unused on this path",
+        "def concat_mla_absorb_q(*args, **kwargs):\n"
+        "    raise NotImplementedError('sgl-kernel is not part of the standalone tree')\n",
+    ),
+}
+
+
+def build_tree(wheel: Path, dest: Path, *, version: str | None = None) -> Path:
+    """Write the standalone SGLang tree under ``dest`` and return ``dest``.
+
+    ``version`` overrides the one in the dist-info (to test the decline of unsupported versions
+    on SGLang's real code); by default it is the wheel's.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        missing = [f for f in REAL_FILES if f not in names]
+        if missing:
+            raise FileNotFoundError(f"{wheel.name} lacks {', '.join(missing)}")
+        for name in REAL_FILES:
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(name))
+    for rel, (_what, source) in STUBS.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.lstrip("\n"))
+    for pkg in sorted({str(Path(f).parent) for f in (*REAL_FILES, *STUBS)}):
+        init = dest / pkg / "__init__.py"
+        if not init.exists():
+            init.write_text("")
+    wheel_version = wheel.name.split("-")[1]
+    dist = dest / f"sglang-{version or wheel_version}.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sglang\nVersion: {version or wheel_version}\n"
+    )
+    return dest
+
+
+class MLAPool:
+    """``MLATokenToKVPool`` as the Triton backend uses it: one [S, 1, 576] bf16 buffer a layer.
+
+    Unused rows hold NaN so a kernel that reads a slot it was not given shows it.
+    """
+
+    def __init__(self, num_layers: int, size: int, device: Any = "cuda") -> None:
+        import torch
+
+        self.size = size
+        self.buffers = [
+            torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device)
+            for _ in range(num_layers)
+        ]
+
+    def get_key_buffer(self, layer_id: int) -> Any:
+        return self.buffers[layer_id]
+
+    def get_value_buffer(self, layer_id: int) -> Any:
+        return self.buffers[layer_id][..., :512]
+
+    def set_kv_buffer(self, layer: Any, loc: Any, cache_k: Any, cache_v: Any, *args: Any) -> None:
+        self.buffers[layer.layer_id][loc] = cache_k.to(self.buffers[layer.layer_id].dtype)
+
+
+def make_model_runner(
+    *,
+    pool: MLAPool,
+    num_heads: int,
+    num_draft_tokens: int,
+    max_requests: int,
+    context_len: int,
+    cuda_graph_max_bs: int | None = None,
+    device: str = "cuda",
+) -> SimpleNamespace:
+    """A model runner with what ``TritonAttnBackend.__init__`` and the patch read."""
+    import torch
+    from sglang.srt.configs.model_config import AttentionArch
+
+    req_to_token = torch.zeros((max_requests, context_len), dtype=torch.int32, device=device)
+    return SimpleNamespace(
+        req_to_token_pool=SimpleNamespace(size=max_requests, req_to_token=req_to_token),
+        sliding_window_size=None,
+        token_to_kv_pool_allocator=None,
+        token_to_kv_pool=pool,
+        server_args=SimpleNamespace(
+            speculative_num_draft_tokens=num_draft_tokens,
+            speculative_num_steps=num_draft_tokens - 1,
+            speculative_attention_mode="prefill",
+            speculative_algorithm="EAGLE",
+            triton_attention_num_kv_splits=8,
+            triton_attention_split_tile_size=None,
+            enable_deterministic_inference=False,
+            disable_cuda_graph=cuda_graph_max_bs is None,
+            chunked_prefill_size=8192,
+            cuda_graph_max_bs=cuda_graph_max_bs,
+            page_size=1,
+            attention_backend="triton",
+        ),
+        model_config=SimpleNamespace(
+            attention_arch=AttentionArch.MLA,
+            num_attention_heads=num_heads,
+            get_num_kv_heads=lambda tp: 1,
+            context_len=context_len,
+            is_encoder_decoder=False,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+        ),
+        hybrid_gdn_config=None,
+        kimi_linear_config=None,
+        device=device,
+        gpu_id=torch.cuda.current_device() if torch.cuda.is_available() else 0,
+        is_draft_worker=False,
+        spec_algorithm=SimpleNamespace(is_none=lambda: False),
+        kv_cache_dtype=torch.bfloat16,
+        page_size=1,
+        prefill_attention_backend_str="triton",
+        decode_attention_backend_str="triton",
+    )
+
+
+def make_layer(layer_id: int, num_heads: int, scaling: float) -> SimpleNamespace:
+    """The ``RadixAttention`` attributes ``forward_extend`` reads, for absorbed MLA."""
+    from sglang.srt.layers.radix_attention import AttentionType
+
+    return SimpleNamespace(
+        layer_id=layer_id,
+        tp_q_head_num=num_heads,
+        qk_head_dim=576,
+        v_head_dim=512,
+        k_scale=None,
+        v_scale=None,
+        logit_capping_method="tanh",
+        logit_cap=0.0,
+        is_cross_attention=False,
+        attn_type=AttentionType.DECODER,
+        sliding_window_size=None,
+        xai_temperature_len=-1,
+        scaling=scaling,
+    )
+
+
+def verify_batch(
+    *,
+    runner: SimpleNamespace,
+    prefix_lens: list[int],
+    num_draft_tokens: int,
+    parents: list[list[int]],
+    req_rows: list[int],
+    slots: Any,
+    mask_dtype: Any = None,
+) -> SimpleNamespace:
+    """A TARGET_VERIFY forward batch, as ``EagleVerifyInput.prepare_for_verify`` leaves it.
+
+    ``slots`` gives each request's pool rows for its prefix and then its draft tokens
+    (``slots[b]`` has ``prefix_lens[b] + D`` entries); they are written into ``req_to_token``.
+    ``parents[b]`` is request b's draft tree (parents[b][i] < i, root -1). The mask is
+    ``[D, P_b + D]`` row-major per request, prefix columns set (SGLang's FULL_MASK).
+    """
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    device = runner.req_to_token_pool.req_to_token.device
+    d = num_draft_tokens
+    masks = []
+    out_cache_loc = []
+    for b, p in enumerate(prefix_lens):
+        row = req_rows[b]
+        runner.req_to_token_pool.req_to_token[row, : p + d] = slots[b].to(torch.int32)
+        out_cache_loc.append(slots[b][p : p + d])
+        tree = torch.zeros((d, d), dtype=torch.bool)
+        for i, par in enumerate(parents[b]):
+            tree[i, i] = True
+            if par >= 0:
+                tree[i] |= tree[par]
+        full = torch.ones((d, p + d), dtype=torch.bool)
+        full[:, p:] = tree
+        masks.append(full.reshape(-1))
+    custom_mask = torch.cat(masks).to(device)
+    if mask_dtype is not None:
+        custom_mask = custom_mask.to(mask_dtype)
+    seq_lens = torch.tensor(prefix_lens, dtype=torch.int32, device=device)
+    return ForwardBatch(
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        batch_size=len(prefix_lens),
+        req_pool_indices=torch.tensor(req_rows, dtype=torch.int64, device=device),
+        seq_lens=seq_lens,
+        seq_lens_sum=int(sum(prefix_lens)),
+        seq_lens_cpu=seq_lens.cpu(),
+        out_cache_loc=torch.cat(out_cache_loc).to(device=device, dtype=torch.int64),
+        spec_info=SimpleNamespace(custom_mask=custom_mask, draft_token_num=d),
+        token_to_kv_pool=runner.token_to_kv_pool,
+        extend_seq_lens=None,
+        extend_start_loc=None,
+        extend_prefix_lens=None,
+    )
