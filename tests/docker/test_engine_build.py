@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,11 @@ pytestmark = pytest.mark.docker
 def test_build_skip_when_unchanged_and_forced_rebuild(
     engine: DockerClient, profiles: Path, tmp_path: Path
 ) -> None:
-    profile = load(profiles / "baseline.yaml")
+    # a name of its own: the forced rebuild must not re-tag an image that other tests (or a
+    # concurrent run on the same engine) are running containers of
+    profile = dataclasses.replace(
+        load(profiles / "baseline.yaml"), name=f"buildtest-{uuid.uuid4().hex[:8]}"
+    )
     ctx = build_context(profile, Path("."))
     state = tmp_path / "state"
     events: list[BuildProgress] = []
@@ -33,8 +38,10 @@ def test_build_skip_when_unchanged_and_forced_rebuild(
     steps = {e.step for e in events}
     assert "Step 1/5" in steps and "Step 5/5" in steps
     assert all(e.elapsed_s >= 0 for e in events)
-    assert image_labels(engine, ctx.tag) == {
-        "kctl.profile": "baseline",
+    labels = image_labels(engine, ctx.tag) or {}
+    labels.pop("kctl.test-base", None)  # inherited from the base image
+    assert labels == {
+        "kctl.profile": profile.name,
         "kctl.cuda-archs": "none",
         "kctl.version": "0.1.0.dev0",
         "kctl.source-hash": ctx.source_hash,
@@ -49,10 +56,13 @@ def test_build_skip_when_unchanged_and_forced_rebuild(
     )
     assert tag == ctx.tag and messages == [f"image {ctx.tag} is up to date; not rebuilt"]
 
-    forced = build_image(ctx, state_dir=state, client=engine, rebuild=True)
-    assert forced.built
-    # --rebuild bypasses the layer cache: the RUN step ran again
-    assert forced.log_path is not None and "Using cache" not in forced.log_path.read_text()
+    try:
+        forced = build_image(ctx, state_dir=state, client=engine, rebuild=True)
+        assert forced.built
+        # --rebuild bypasses the layer cache: the RUN step ran again
+        assert forced.log_path is not None and "Using cache" not in forced.log_path.read_text()
+    finally:
+        engine.images.remove(ctx.tag, force=True)
 
 
 def test_the_image_runs_the_unchanged_sglang_command(engine: DockerClient, profiles: Path) -> None:
@@ -108,7 +118,7 @@ def test_kernel_profile_image_compiles_for_the_profile_archs_and_installs_the_ho
     from .conftest import BASE_IMAGE, REPO
 
     profile = Profile(
-        name="fake-kernel",
+        name=f"fake-kernel-{uuid.uuid4().hex[:8]}",  # its own tag: removed at the end
         source="test",
         image=ImageSpec(
             base=BASE_IMAGE,
@@ -136,4 +146,4 @@ def test_kernel_profile_image_compiles_for_the_profile_archs_and_installs_the_ho
         environment={"KDTREE_VERIFY": "1"},
     )
     assert active.decode().strip() == "kdtree-verify: active kernel=fake archs=9.0a;12.0"
-    engine.images.remove(ctx.tag)
+    engine.images.remove(ctx.tag, force=True)
