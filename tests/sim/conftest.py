@@ -151,6 +151,7 @@ def start_sim(tmp_path: Path) -> Iterator[Any]:
         module: str = "kctl.sim",
         extra_pythonpath: tuple[str, ...] = (),
         port: int | None = None,
+        python: str = sys.executable,
     ) -> Sim:
         port = port or free_port()
         full_env = {
@@ -163,7 +164,7 @@ def start_sim(tmp_path: Path) -> Iterator[Any]:
         ).rstrip(os.pathsep)
         log_path = tmp_path / f"sim-{len(sims)}-{port}.log"
         log_file = open(log_path, "wb")  # noqa: SIM115 (closed by Sim.stop)
-        argv = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), *args]
+        argv = [python, "-m", module, "--host", "127.0.0.1", "--port", str(port), *args]
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
         sim = Sim(proc=proc, port=port, log_path=log_path, _log_file=log_file)
         sims.append(sim)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,18 +132,30 @@ def test_kernel_declined_for_another_backend(start_sim: Any) -> None:
     assert "kdtree-verify: declined" in log and "flashinfer" in log
 
 
-def test_shim_runs_the_simulator_as_sglang_launch_server(start_sim: Any, tmp_path: Path) -> None:
+def test_shim_runs_the_simulator_as_sglang_launch_server(start_sim: Any) -> None:
+    # literally `python3 -m sglang.launch_server ARGS`, as in the serving image
+    python3 = shutil.which("python3") or sys.executable
     shim = REPO / "kctl" / "sim" / "shim"
     sim = start_sim(
         "--model-path", "/m", *SPEC,
         module="sglang.launch_server",
         extra_pythonpath=(str(shim),),
         env={"KDTREE_VERIFY": "1"},
+        python=python3,
     )  # fmt: skip
     log = sim.wait_for_log(READY)
     assert "kdtree-verify: active" in log
     assert sim.get_json("/model_info")["model_path"] == "/m"
+    assert sim.get_json("/server_info")["verify_path"] == "kdtree"
     assert port_open(sim.port)
     sim.signal(signal.SIGTERM)
     assert sim.wait_exit() == 0
-    assert sys.executable  # the shim ran under this interpreter, like python3 in the image
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is not None, reason="a real sglang is installed here"
+)
+def test_shim_needs_the_shim_on_the_path(start_sim: Any) -> None:
+    sim = start_sim(module="sglang.launch_server")  # no shim dir: no sglang package here
+    assert sim.wait_exit() == 1
+    assert "No module named sglang" in sim.log() or "No module named 'sglang'" in sim.log()

@@ -150,6 +150,8 @@ def test_text_prompt_batch_and_errors(start_sim: Any) -> None:
     sim.wait_ready()
     status, out = sim.generate({"text": "Hello", "sampling_params": {"max_new_tokens": 3}})
     assert status == 200 and out["meta_info"]["prompt_tokens"] == 5
+    status, raw = sim.request("PUT", "/generate", {"text": "Hello"})
+    assert status == 200 and json.loads(raw)["meta_info"]["completion_tokens"] == 128
     status, batch = sim.generate({"input_ids": [[1, 2], [3, 4, 5]], "sampling_params": {}})
     assert status == 200 and [b["meta_info"]["prompt_tokens"] for b in batch] == [2, 3]
     assert batch[0]["meta_info"]["completion_tokens"] == 128  # SGLang's default
