@@ -100,6 +100,8 @@ def build_image(
                     existing = None
             if existing is not None:
                 return BuildResult(ctx.tag, str(existing.id), False, None, clock() - start)
+        if ctx.base_image:
+            _require_base(engine, ctx.base_image)
         log_path = log_path_for(state_dir, ctx.tag)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         image_id = _stream_build(engine, ctx, log_path, rebuild, progress, clock, start)
@@ -107,6 +109,24 @@ def build_image(
     finally:
         if own_client:
             engine.close()
+
+
+def _require_base(engine: DockerClient, base: str) -> None:
+    """The base image must be on the engine already: a build never pulls (reproducible,
+    works offline, and a missing image fails in a second rather than after a registry
+    timeout)."""
+    import docker.errors
+
+    from kctl.runtime.docker import engine_errors
+
+    with engine_errors(f"inspect base image {base}"):
+        try:
+            engine.images.get(base)
+        except docker.errors.ImageNotFound:
+            raise BuildFailed(
+                f"base image {base} is not on this docker engine; kctl does not pull",
+                hint=f"docker pull {base}  (then pin its digest in image.base)",
+            ) from None
 
 
 def _stream_build(

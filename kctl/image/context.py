@@ -68,6 +68,8 @@ class BuildContext:
     tag: str
     #: build arguments passed with the build (the Dockerfile declares them)
     buildargs: tuple[tuple[str, str], ...] = ()
+    #: the FROM image; it must already be on the engine (kctl never pulls)
+    base_image: str = ""
 
     def describe(self) -> list[str]:
         """One line per context file, for plans and logs."""
@@ -173,6 +175,7 @@ def build_context(profile: Profile, repo_root: Path) -> BuildContext:
         source_hash=source_hash,
         tag=tag,
         buildargs=(("KCTL_SOURCE_HASH", source_hash),),
+        base_image=profile.image.base,
     )
 
 

@@ -147,3 +147,23 @@ def test_kernel_profile_image_compiles_for_the_profile_archs_and_installs_the_ho
     )
     assert active.decode().strip() == "kdtree-verify: active kernel=fake archs=9.0a;12.0"
     engine.images.remove(ctx.tag, force=True)
+
+
+def test_missing_base_image_fails_at_once_without_pulling(
+    engine: DockerClient, tmp_path: Path
+) -> None:
+    from kctl.profile.model import ImageSpec, Profile
+
+    profile = Profile(
+        name="nobase",
+        source="test",
+        image=ImageSpec(base="kctl-test-base:no-such-tag", install_simulator=True),
+    )
+    ctx = build_context(profile, Path("."))
+    with pytest.raises(BuildFailed) as err:
+        build_image(ctx, state_dir=tmp_path, client=engine)
+    assert str(err.value) == (
+        "base image kctl-test-base:no-such-tag is not on this docker engine; kctl does not pull\n"
+        "  hint: docker pull kctl-test-base:no-such-tag  (then pin its digest in image.base)"
+    )
+    assert not (tmp_path / "builds").exists()
