@@ -257,8 +257,15 @@ def lock_release(force: bool = typer.Option(False, "--force", help="Release a li
     """Release the deploy lock (a live one only with --force)."""
     from kctl.lock import DeployLock
 
-    DeployLock(_context().state_dir).release(force=force)
-    _emit("lock release", {"released": True}, "lock released")
+    released = DeployLock(_context().state_dir).release(force=force)
+    if released is None:
+        _emit("lock release", {"released": False}, "lock is free: nothing to release")
+    else:
+        _emit(
+            "lock release",
+            {"released": True, "lock": released.to_dict()},
+            f"lock released (was {released.describe(time.time())})",
+        )
 
 
 _GLOBAL_FLAGS = ("--json", "--verbose", "-v", "--simulate")

@@ -75,7 +75,7 @@ class Context:
     def open_store(self, *, read_only: bool = False) -> Store:
         from kctl.store import Store
 
-        return Store.open(self.state_dir, read_only=read_only)
+        return Store.open(self.state_dir, read_only=read_only, clock=self.clock)
 
     def runtime_kind(self, profile: Profile) -> str:
         return "local" if self.simulate else profile.runtime.kind

@@ -77,7 +77,7 @@ def test_never_ready_hits_the_deadline_and_reverts(kctl: Kctl) -> None:
     cand = kctl.write("cand.yaml", prof)
     r = kctl.run("deploy", cand)
     assert r.code == 3, r.out + r.err
-    assert "deadline" in r.err.lower()
+    assert "not healthy after 4 s: stuck in phase 'health'" in r.err
     assert serving_health(kctl) == ("base", "healthy")
 
 
@@ -98,23 +98,32 @@ def test_wrong_outputs_fail_the_correctness_gate(kctl: Kctl) -> None:
 
 
 def test_inconclusive_reverts_by_default(kctl: Kctl) -> None:
-    # the candidate is the baseline's twin but noisy, against a threshold at its true ratio
-    prof = candidate_profile(kctl.port, KCTL_SIM_NOISE="0.6", KCTL_SIM_SEED="7")
+    # the baseline's twin with 30% per-request speed noise (deterministic per seed),
+    # judged against a threshold at its true ratio of 1.0 with one extra repeat allowed
+    prof = candidate_profile(kctl.port, KCTL_SIM_NOISE="0.3", KCTL_SIM_SEED="3")
     prof["server"]["env"].pop("KDTREE_VERIFY")
     prof["server"]["verify_kernel"] = "none"
-    prof["server"]["cuda_graphs"] = True
-    prof["gate"]["policy"]["min_ratio"] = 1.0
+    prof["gate"]["contexts"] = [23000]
+    prof["gate"]["policy"].update({"min_ratio": 1.0, "max_extra_repeats": 1})
     cand = kctl.write("cand.yaml", prof)
     r = kctl.run("--json", "deploy", cand)
     assert r.code == 3, r.out + r.err
-    assert r.json()["result"]["gate"]["verdict"]["verdict"] == "INCONCLUSIVE"
+    verdict = r.json()["result"]["gate"]["verdict"]
+    assert verdict["verdict"] == "INCONCLUSIVE", verdict["reason"]
+    assert "straddles 1.00" in verdict["reason"]
     assert serving_health(kctl) == ("base", "healthy")
+    # policy on_inconclusive=promote keeps the same candidate instead
+    prof["gate"]["policy"]["on_inconclusive"] = "promote"
+    cand = kctl.write("cand2.yaml", prof)
+    r = kctl.run("--json", "deploy", cand)
+    assert r.code == 0, r.out + r.err
+    assert any("INCONCLUSIVE" in w for w in r.json()["result"]["warnings"])
 
 
 def test_sigint_mid_gate_reverts(kctl: Kctl) -> None:
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400  # a gate long enough to interrupt
-    prof["simulator"]["speedup"] = 20
+    prof["simulator"]["speedup"] = 10
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
     try:
@@ -133,7 +142,7 @@ def test_sigint_mid_gate_reverts(kctl: Kctl) -> None:
 def test_killed_mid_deploy_is_reported_and_rollback_recovers(kctl: Kctl) -> None:
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400
-    prof["simulator"]["speedup"] = 20
+    prof["simulator"]["speedup"] = 10
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
     try:
