@@ -265,6 +265,41 @@ def test_unpatchable_sglang_declines_and_is_left_untouched(tmp_path: Path) -> No
     assert result["sglang_calls"] == 1
 
 
+def test_pth_without_an_importable_package_declines_without_a_traceback(tmp_path: Path) -> None:
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / PTH.name).write_text(PTH.read_text())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["KDTREE_VERIFY"] = "1"
+    code = f"import site; site.addsitedir({str(site_dir)!r}); print('served')"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "served"
+    assert "Traceback" not in proc.stderr
+    m = DECLINED_LINE_RE.search(proc.stderr.strip())
+    assert m and "startup hook import failed: ModuleNotFoundError" in m.group("reason")
+
+
+def test_hook_installed_after_sglang_was_imported_still_patches(tmp_path: Path) -> None:
+    fake = write_fake_sglang(tmp_path / "fake", "0.5.10")
+    env = {k: v for k, v in os.environ.items() if k not in ("KDTREE_VERIFY", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), str(KERNELS)])
+    code = (
+        "import sglang.srt.layers.attention.triton_backend as tb\n"
+        "from kdtree_mla import _startup\n"
+        "assert _startup.install({'KDTREE_VERIFY': '1'})\n"
+        "print('__kdtree_verify_originals__' in vars(tb.TritonAttnBackend))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
 def test_startup_install_is_inert_and_idempotent_in_process() -> None:
     from kdtree_mla import _startup
 
