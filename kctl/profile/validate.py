@@ -96,7 +96,12 @@ class _Builder:
         self.p = problems
 
     def dataclass(
-        self, cls: type, data: Any, path: FieldPath, fixed: dict[str, Any] | None = None
+        self,
+        cls: type,
+        data: Any,
+        path: FieldPath,
+        fixed: dict[str, Any] | None = None,
+        also_valid: tuple[str, ...] = (),
     ) -> Any:
         """Build ``cls`` from a mapping; unknown keys, missing required keys and bad values
         are reported. Returns INVALID when a required field is missing or invalid."""
@@ -111,7 +116,8 @@ class _Builder:
         for key, value in data.items():
             kpath = (*path, str(key))
             if key not in settable:
-                self.p.add(kpath, _unknown(str(key), settable), value)
+                # keys the loader consumed still count when suggesting a spelling
+                self.p.add(kpath, _unknown(str(key), [*also_valid, *settable]), value)
                 continue
             conv = self.value(hints[key], value, kpath)
             if conv is INVALID:
@@ -239,6 +245,7 @@ def _unknown(key: str, valid: list[str]) -> str:
 
 # -- entry point -------------------------------------------------------------------------
 
+
 def build_profile(
     data: dict[str, Any], problems: Problems, *, name: str, source: str, baseline: str | None
 ) -> Profile | None:
@@ -249,7 +256,9 @@ def build_profile(
     if "name" in data:
         _Builder(problems).value(str, data["name"], ("name",))
     fixed = {"name": name, "source": source, "baseline": baseline, "content_hash": ""}
-    profile = _Builder(problems).dataclass(Profile, body, (), fixed=fixed)
+    profile = _Builder(problems).dataclass(
+        Profile, body, (), fixed=fixed, also_valid=("extends", "name", "baseline")
+    )
     if profile is INVALID:
         return None
     if not profile.server.model_path and "server.model_path" not in problems.bad:

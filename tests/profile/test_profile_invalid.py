@@ -29,8 +29,17 @@ CASES: list[tuple[str, str, list[str]]] = [
         "unknown section without a close match",
         "extends: ok.yaml\nwhatever: 1\n",
         [
-            "x.yaml: whatever: unknown key; valid keys: description, image, server, runtime, "
-            "health, gate, simulator (got 1)"
+            "x.yaml: whatever: unknown key; valid keys: extends, name, baseline, description, "
+            "image, server, runtime, health, gate, simulator (got 1)"
+        ],
+    ),
+    (
+        "misspelt extends",
+        "extend: ok.yaml\n",
+        [
+            "x.yaml: extend: unknown key; did you mean 'extends'? (got 'ok.yaml')",
+            "x.yaml: server.model_path: is required: the model directory as the server sees "
+            "it, e.g. '/models/Kimi-K2.6' (got '')",
         ],
     ),
     (
