@@ -1,0 +1,95 @@
+"""Reaching the docker engine: a pinged client, or RuntimeUnavailable with the remedy; and
+the one place that turns SDK/transport errors into kctl's typed errors. The ``docker``
+SDK is imported inside functions: ``kctl --help`` must not pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from kctl.errors import KctlError, PreflightFailed, RuntimeUnavailable
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+REMEDY = "start dockerd / check DOCKER_HOST / permission on /var/run/docker.sock"
+
+
+def connect(*, timeout_s: float = 120.0) -> DockerClient:
+    """A docker client that has answered a ping; RuntimeUnavailable (exit 5) otherwise."""
+    import docker  # lazy: not on the `kctl --help` path
+
+    _probe_unix_socket(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=max(1, int(timeout_s)))
+    except Exception as exc:  # DockerException or a requests error: both mean "no engine"
+        raise RuntimeUnavailable(
+            f"docker engine not reachable: {_short(exc)}", hint=REMEDY
+        ) from exc
+    try:
+        client.ping()
+    except Exception as exc:
+        client.close()
+        raise RuntimeUnavailable(
+            f"docker engine not reachable: {_short(exc)}", hint=REMEDY
+        ) from exc
+    return client
+
+
+def _probe_unix_socket(host: str) -> None:
+    """Fail with the OS's reason (missing socket, permission) before the SDK tries: the
+    SDK leaks the socket of a failed unix connect, and its message hides the cause."""
+    if not host.startswith("unix://"):
+        return
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise RuntimeUnavailable(
+                f"docker engine not reachable at {host}: {reason}", hint=REMEDY
+            ) from exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate docker SDK and transport errors raised inside the block into kctl errors."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except KctlError:
+        raise
+    except docker.errors.ImageNotFound as exc:
+        raise PreflightFailed(
+            f"{action}: image not found: {exc.explanation or _short(exc)}",
+            hint="kctl deploy builds it; `kctl plan PROFILE` shows its tag",
+        ) from exc
+    except docker.errors.APIError as exc:
+        if (
+            exc.response is not None
+            and exc.response.status_code >= 500
+            and "connect" in str(exc).lower()
+        ):
+            raise RuntimeUnavailable(f"{action}: {_short(exc)}", hint=REMEDY) from exc
+        raise KctlError(
+            f"{action}: docker engine refused: {exc.explanation or _short(exc)}"
+        ) from exc
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise RuntimeUnavailable(
+            f"{action}: docker engine not reachable: {_short(exc)}", hint=REMEDY
+        ) from exc
+    except docker.errors.DockerException as exc:
+        raise RuntimeUnavailable(f"{action}: {_short(exc)}", hint=REMEDY) from exc
