@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from kctl.errors import KctlError
@@ -126,3 +129,21 @@ def test_run_spec_needs_an_image() -> None:
 
     with pytest.raises(KctlError, match="no image to run"):
         run_spec(dataclasses.replace(LAUNCH, image=None), RUNTIME)
+
+
+def test_plan_run_spec_names_the_tag_a_build_would_make(tmp_path: Path) -> None:
+    from kctl.image import build_context
+    from kctl.profile.model import ImageSpec, Profile
+    from kctl.runtime.docker import plan_run_spec
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "setup.py").write_text("")
+    profile = Profile(
+        name="kdtree-eager", source="p.yaml", image=ImageSpec(kernel_source="kernels")
+    )
+    unbuilt = dataclasses.replace(LAUNCH, image=None, deployment_id="<new>")
+    spec = plan_run_spec(unbuilt, profile, repo_root=tmp_path)
+    assert spec["image"] == build_context(profile, tmp_path).tag
+    assert spec["name"] == "kctl-kdtree-eager-new"
+    missing = plan_run_spec(unbuilt, profile, repo_root=tmp_path / "nowhere")
+    assert missing["image"].startswith("<not buildable: kernel source ")

@@ -7,6 +7,7 @@ equality. Nothing here talks to Docker.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -38,7 +39,8 @@ _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 def container_name(profile_name: str, deployment_id: str) -> str:
     """``kctl-<profile>-<deployment-id>``, reduced to the characters docker accepts."""
-    return _NAME_UNSAFE.sub("-", f"kctl-{profile_name}-{deployment_id}").strip("-.")
+    parts = (_NAME_UNSAFE.sub("-", p).strip("-.") for p in (profile_name, deployment_id))
+    return "-".join(["kctl", *(p for p in parts if p)])
 
 
 def device_requests(gpus: str | tuple[int, ...]) -> list[dict[str, Any]]:
@@ -117,9 +119,26 @@ def run_spec(
 
 
 def plan_run_spec(
-    launch: LaunchSpec, profile: Profile, *, state_dir: Path | None = None
+    launch: LaunchSpec,
+    profile: Profile,
+    *,
+    state_dir: Path | None = None,
+    repo_root: Path | None = None,
 ) -> dict[str, Any]:
     """What ``kctl plan`` shows: :func:`run_spec` with the profile's runtime section (and
-    the owner label of ``state_dir``, as :class:`DockerRuntime` adds it)."""
+    the owner label of ``state_dir``, as :class:`DockerRuntime` adds it).
+
+    A plan has built nothing yet: without ``launch.image`` the image is the tag the build
+    would produce (:func:`kctl.image.build_context` over ``repo_root``, default the current
+    directory), or a placeholder naming the problem when the source cannot be read."""
+    if launch.image is None:
+        from kctl.errors import BuildFailed
+        from kctl.image.context import build_context
+
+        try:
+            tag = build_context(profile, Path(repo_root or Path.cwd())).tag
+        except BuildFailed as exc:
+            tag = f"<not buildable: {exc.message}>"
+        launch = dataclasses.replace(launch, image=tag)
     owner = str(Path(state_dir).resolve()) if state_dir is not None else None
     return run_spec(launch, launch.runtime or profile.runtime, owner=owner)
