@@ -189,3 +189,38 @@ def test_unreachable_engine_is_a_clear_exit_5(
     )
     with pytest.raises(RuntimeUnavailable):
         DockerRuntime().check_available()
+
+
+def test_state_reports_oom_kill_and_restarts(engine: DockerClient, runtime: DockerRuntime) -> None:
+    """What health's fail-fast reads: real inspect data of an OOM-killed container and of
+    one the engine restarted (kctl itself sets no restart policy; an operator might)."""
+    from kctl.runtime.base import Instance
+
+    from .conftest import BASE_IMAGE
+
+    labels = {"kctl.managed": "true", "kctl.owner": runtime.owner or "", "kctl.deployment": "x"}
+    hog = engine.containers.run(
+        BASE_IMAGE, ["python3", "-c", "x = bytearray(512 << 20); import time; time.sleep(30)"],
+        detach=True, mem_limit="64m", memswap_limit="64m", network_mode="none", labels=labels,
+    )  # fmt: skip
+    flaky = engine.containers.run(
+        BASE_IMAGE, ["python3", "-c", "raise SystemExit(3)"], detach=True, network_mode="none",
+        restart_policy={"Name": "on-failure", "MaximumRetryCount": 2}, labels=labels,
+    )  # fmt: skip
+    oom = Instance(runtime="docker", deployment_id="x", ref=hog.id)
+    restarted = Instance(runtime="docker", deployment_id="x", ref=flaky.id)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (
+        runtime.state(oom).running or runtime.state(restarted).restart_count < 2
+        or runtime.state(restarted).running
+    ):  # fmt: skip
+        time.sleep(0.1)
+    state = runtime.state(oom)
+    assert (state.running, state.oom_killed, state.exit_code) == (False, True, 137)
+    assert state.detail == "OOM killed (exit code 137)"
+    state = runtime.state(restarted)
+    assert (state.running, state.exit_code, state.restart_count) == (False, 3, 2)
+    assert state.detail == "exited with code 3, restarted 2 times"
+    gone = Instance(runtime="docker", deployment_id="x", ref="0" * 64)
+    assert runtime.state(gone).detail == "container not found"
+    assert runtime.logs(gone) == ""
