@@ -199,6 +199,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   uint8_t* idx_s = smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes + T::kRowStatBytes;
   __shared__ int warp_sums[T::kWarps];
   __shared__ int start_info[2];
+  // Draft-to-draft mask bytes of the (at most 4) draft tokens of this M-tile: [token][16].
+  __shared__ uint8_t mask_s[4 * 16];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kg = warp % T::kKGroups, ng = warp / T::kKGroups;
@@ -324,6 +326,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         }
       }
     }
+    // Mask bytes this tile's softmax will need, loaded once per piece (not per element).
+    const int tok0 = row0 / p.num_heads;
+    if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
+      const int i = tok0 + (tid >> 4), j = tid & 15;
+      if (i < req.draft && j < req.draft)
+        mask_s[tid] = p.mask[req.mask_begin + int64_t(i) * req.kv_len + req.prefix + j];
+    }
     cp_async_wait<0>();
     __syncthreads();
 
@@ -419,9 +428,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
           bool ok = row_ok && k < tok_hi;
           if (ok && k >= req.prefix) {
             const int dj = k - req.prefix;
-            ok = p.mask != nullptr
-                     ? p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0
-                     : dj <= q_tok;
+            if (p.mask == nullptr)
+              ok = dj <= q_tok;
+            else if (dj < 16)
+              ok = mask_s[(q_tok - tok0) * 16 + dj] != 0;
+            else  // more than 16 drafts: outside the documented range, still correct
+              ok = p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0;
           }
           v[j] = ok ? v[j] * p.scale_log2 : -CUDART_INF_F;
           bmax = fmaxf(bmax, v[j]);
@@ -453,6 +465,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const float a0 = alpha_s[mi * 16 + g], a1 = alpha_s[mi * 16 + g + 8];
+        // Once the running max settles alpha is exactly 1: skip the 32 multiplies then.
+        if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) continue;
 #pragma unroll
         for (int ni = 0; ni < 8; ++ni) {
           acc[mi][ni][0] *= a0; acc[mi][ni][1] *= a0;
