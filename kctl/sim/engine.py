@@ -162,7 +162,7 @@ class Engine:
                 f"#cached-token: {p.cached_tokens}, #running-req: {self._running - 1}, #queue-req: 0"
             )
         try:
-            done = 0
+            done, text = 0, ""
             for i, step in enumerate(p.steps):
                 # absolute deadlines: per-chunk overhead never accumulates into the rate
                 delay = start + self.settings.compress(step.at_s) - self.clock()
@@ -172,8 +172,12 @@ class Engine:
                     raise Aborted()
                 new = ids[done : done + step.tokens]
                 done += step.tokens
+                # the cumulative text grows by the new pieces only: no quadratic re-rendering
+                new_text = tokens.detokenize(new)
+                text += new_text
                 last = i == len(p.steps) - 1
-                yield self._chunk(req, p, ids[:done] if not incremental else new, done, last, start)
+                out = (new, new_text) if incremental else (ids[:done], text)
+                yield self._chunk(req, p, out, done, last, start)
         finally:
             if not req.internal:
                 with self._lock:
@@ -191,7 +195,7 @@ class Engine:
         self,
         req: GenRequest,
         p: planning.RequestPlan,
-        out_ids: list[int],
+        out: tuple[list[int], str],
         done: int,
         last: bool,
         start: float,
@@ -217,7 +221,7 @@ class Engine:
                     spec_accept_token_num=max(0, accepted),
                     spec_draft_token_num=drafted,
                 )
-        return {"text": tokens.detokenize(out_ids), "output_ids": out_ids, "meta_info": meta}
+        return {"text": out[1], "output_ids": out[0], "meta_info": meta}
 
     def generate(self, req: GenRequest) -> dict[str, Any]:
         """Non-streaming: the final chunk, with the whole output."""
