@@ -4,6 +4,7 @@
 - :mod:`.client`: the streaming ``/generate`` client (standard library HTTP),
 - :mod:`.stats`: samples and per-bucket statistics (pure),
 - :mod:`.measurement`: what a run against one server recorded (JSON round-trip),
+- :mod:`.correctness`: greedy outputs vs the baseline's (pure),
 - :mod:`.verdict`: the judge (pure), :mod:`.report`: the table (pure),
 - :mod:`.runner`: :func:`measure` and :func:`run_gate`, the only part that does I/O.
 """
