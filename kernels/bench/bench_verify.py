@@ -208,9 +208,19 @@ def main():
             case.ws.launch_parts = parts
             row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
         case.ws.launch_parts = 3
+        if not args.no_sweep and h == 8 and prefix >= 23000:
+            stages = {}
+            for st in (2, 4, 5):
+                case.ws.force_stages = st
+                try:
+                    stages[st] = time_modes(case.ours, case.n_layers, args.reps)[0]
+                except (RuntimeError, ValueError) as exc:
+                    stages[st] = repr(exc)[:120]
+            case.ws.force_stages = 0
+            row["stages_sweep_graph_us"] = stages
         if not args.no_sweep and b == 1 and h == 8:
             sweep = {}
-            for mb in (1, 2, 4, 8, 16):
+            for mb in (1, 2, 4, 8):
                 case.ws.min_blocks_per_cta = mb
                 sweep[mb] = time_modes(case.ours, case.n_layers, args.reps)[0]
             case.ws.min_blocks_per_cta = 4

@@ -21,9 +21,28 @@ namespace {
 using at::Tensor;
 using Err = std::string;  // empty: ok
 
+// Message assembly by plain std::string appends: no iostreams (c10::str uses ostringstream,
+// whose inline code is the suspect of the crash described at the top of this file).
+inline void put(std::string& s, const char* x) { s += x; }
+inline void put(std::string& s, const std::string& x) { s += x; }
+inline void put(std::string& s, int x) { s += std::to_string(x); }
+inline void put(std::string& s, long x) { s += std::to_string(x); }
+inline void put(std::string& s, long long x) { s += std::to_string(x); }
+inline void put(std::string& s, unsigned long x) { s += std::to_string(x); }
+inline void put(std::string& s, const at::Device& d) {
+  s += d.is_cuda() ? "cuda:" + std::to_string(static_cast<int>(d.index())) : std::string(c10::DeviceTypeName(d.type(), true));
+}
+inline void put(std::string& s, at::ScalarType t) { s += c10::toString(t); }
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::string s;
+  (put(s, args), ...);
+  return s;
+}
+
 #define KD_CHECK(cond, kind, ...) \
   do {                              \
-    if (!(cond)) return std::string(kind ": ") + c10::str(__VA_ARGS__); \
+    if (!(cond)) return cat(kind ": ", __VA_ARGS__); \
   } while (0)
 #define KD_CHECK_VALUE(cond, ...) KD_CHECK(cond, "ValueError", __VA_ARGS__)
 #define KD_CHECK_TYPE(cond, ...) KD_CHECK(cond, "TypeError", __VA_ARGS__)
@@ -79,7 +98,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
                 const std::optional<Tensor>& custom_mask, const std::optional<Tensor>& mask_indptr,
                 double sm_scale, const std::optional<Tensor>& lse, const Tensor& part_o,
                 const Tensor& part_lse, const Tensor& sched, int64_t num_ctas,
-                int64_t min_blocks_per_cta, int64_t parts) {
+                int64_t min_blocks_per_cta, int64_t parts, int64_t force_stages) {
   using Tr = VerifyTraits;
   KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
@@ -192,6 +211,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.sched = sched.data_ptr<int>();
   p.num_ctas = static_cast<int>(num_ctas);
   p.min_blocks_per_cta = static_cast<int>(min_blocks_per_cta);
+  p.force_stages = static_cast<int>(force_stages);
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),

@@ -49,6 +49,7 @@ struct VerifyParams {
   int* sched;       // [batch + 3]: blocks per CTA, total blocks, per-request block prefix sums
   int num_ctas;     // grid of the main kernel
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
+  int force_stages;        // 0: the launcher's choice; else a compiled depth (benchmarks only)
 };
 
 }  // namespace kdtree_mla

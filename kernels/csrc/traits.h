@@ -51,7 +51,8 @@ constexpr size_t verify_smem_bytes(int stages) {
 // sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block; the launcher picks the deepest
 // pipeline that fits the device's limit, so sm_120 gets kStagesSmall.
 constexpr size_t kSm120SmemLimit = 101376;
-constexpr int kStagesLarge = 4;
+constexpr int kStagesLarge = 5;
+constexpr int kStagesMid = 4;  // benchmark variant (VerifyParams.force_stages)
 constexpr int kStagesSmall = 2;
 static_assert(verify_smem_bytes(kStagesSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
 

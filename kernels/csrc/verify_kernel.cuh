@@ -465,8 +465,6 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const float a0 = alpha_s[mi * 16 + g], a1 = alpha_s[mi * 16 + g + 8];
-        // Once the running max settles alpha is exactly 1: skip the 32 multiplies then.
-        if (!__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) continue;
 #pragma unroll
         for (int ni = 0; ni < 8; ++ni) {
           acc[mi][ni][0] *= a0; acc[mi][ni][1] *= a0;
@@ -561,7 +559,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 // CTA (x, y) handles rows x, x + gridDim.x, ... of the T*H output rows, columns
 // [y * 64, y * 64 + 64). Rows whose segment was not cut were written by the main kernel.
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const VerifyParams p) {
-  __shared__ float wts[kCombineMaxParts];
+  __shared__ float wts[kCombineThreads / 32];
   __shared__ float red[kCombineThreads / 32][64];
   __shared__ float scal[kCombineThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -593,48 +591,42 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
     const int nparts = c1 - c0 + 1;
     auto slot_of = [&](int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); };
 
-    float mx = -CUDART_INF_F;
-    for (int k = tid; k < nparts; k += kCombineThreads) {
-      const float v = p.part_lse[slot_of(k) * T::kBlockM + r];
-      wts[k] = v;
-      mx = fmaxf(mx, v);
-    }
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) scal[warp] = mx;
-    __syncthreads();
-    mx = scal[0];
-    for (int i = 1; i < kW; ++i) mx = fmaxf(mx, scal[i]);
-    const float mref = mx == -CUDART_INF_F ? 0.f : mx;
-    float sum = 0.f;
-    for (int k = tid; k < nparts; k += kCombineThreads) {
-      const float w = exp2f(wts[k] - mref);
-      wts[k] = w;
-      sum += w;
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    __syncthreads();  // scal reuse, wts visible
-    if (lane == 0) scal[warp] = sum;
-    __syncthreads();
-    sum = 0.f;
-    for (int i = 0; i < kW; ++i) sum += scal[i];
-
+    // One pass: warp w merges parts w, w+8, ... online (LSE and O loads issued together),
+    // then the 8 warp results are merged through shared memory.
+    float m = -CUDART_INF_F, l = 0.f;
     float2 a = make_float2(0.f, 0.f);
 #pragma unroll 4
     for (int k = warp; k < nparts; k += kW) {
-      const float w = wts[k];
+      const int slot = slot_of(k);
+      const float v = p.part_lse[slot * T::kBlockM + r];
       const float2 x = *reinterpret_cast<const float2*>(
-          p.part_o + (int64_t(slot_of(k)) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 2);
-      a.x += w * x.x;
-      a.y += w * x.y;
+          p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 2);
+      const float m_new = fmaxf(m, v);
+      if (m_new != -CUDART_INF_F) {
+        const float so = exp2f(m - m_new), sn = exp2f(v - m_new);
+        a.x = a.x * so + sn * x.x;
+        a.y = a.y * so + sn * x.y;
+        l = l * so + sn;
+        m = m_new;
+      }
     }
     red[warp][lane * 2] = a.x;
     red[warp][lane * 2 + 1] = a.y;
+    if (lane == 0) {
+      scal[warp] = m;
+      wts[warp] = l;
+    }
     __syncthreads();
     if (tid < 32) {
-      float x = 0.f, y = 0.f;
+      float mx = -CUDART_INF_F;
+      for (int i = 0; i < kW; ++i) mx = fmaxf(mx, scal[i]);
+      const float mref = mx == -CUDART_INF_F ? 0.f : mx;
+      float x = 0.f, y = 0.f, sum = 0.f;
       for (int i = 0; i < kW; ++i) {
-        x += red[i][tid * 2];
-        y += red[i][tid * 2 + 1];
+        const float w = exp2f(scal[i] - mref);
+        x += w * red[i][tid * 2];
+        y += w * red[i][tid * 2 + 1];
+        sum += w * wts[i];
       }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + col0;

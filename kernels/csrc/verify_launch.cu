@@ -11,20 +11,21 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 struct DeviceCache {
-  std::atomic<int> stages{0};      // 0 = not yet probed
-  std::atomic<bool> attr_set{false};
+  std::atomic<int> stages{0};  // 0 = not yet probed
+  // Per kernel instantiation: its smem opt-in attribute has been set on this device.
+  std::atomic<bool> attr_small{false}, attr_mid{false}, attr_large{false};
 };
 DeviceCache g_cache[kMaxDevices];
 
 template <int kStages>
-cudaError_t launch_main(const VerifyParams& p, DeviceCache& cache, cudaStream_t stream) {
+cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
   constexpr size_t smem = verify_smem_bytes(kStages);
   auto kernel = detail::verify_main_kernel<kStages>;
-  if (!cache.attr_set.load(std::memory_order_acquire)) {
+  if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    cache.attr_set.store(true, std::memory_order_release);
+    attr_set.store(true, std::memory_order_release);
   }
   kernel<<<p.num_ctas, VerifyTraits::kThreads, smem, stream>>>(p);
   return cudaGetLastError();
@@ -47,16 +48,27 @@ int verify_stages_for_device(int device) {
 }
 
 cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream, int parts) {
-  const int stages = verify_stages_for_device(device);
+  int stages = verify_stages_for_device(device);
+  if (p.force_stages != 0) {
+    if (p.force_stages != kStagesSmall && p.force_stages != kStagesMid && p.force_stages != kStagesLarge)
+      return cudaErrorInvalidValue;
+    if (p.force_stages > stages) return cudaErrorInvalidConfiguration;  // would not fit
+    stages = p.force_stages;
+  }
   if (stages == 0) return cudaErrorInvalidConfiguration;
   if (p.batch < 1 || p.batch > VerifyTraits::kMaxBatch || p.num_ctas < 1 ||
       p.num_ctas >= kCombineMaxParts || p.num_tokens < 1)
     return cudaErrorInvalidValue;
   DeviceCache& cache = g_cache[device];
   cudaError_t e = cudaSuccess;
-  if (parts & kLaunchMain)
-    e = stages == kStagesLarge ? launch_main<kStagesLarge>(p, cache, stream)
-                                         : launch_main<kStagesSmall>(p, cache, stream);
+  if (parts & kLaunchMain) {
+    if (stages == kStagesLarge)
+      e = launch_main<kStagesLarge>(p, cache.attr_large, stream);
+    else if (stages == kStagesMid)
+      e = launch_main<kStagesMid>(p, cache.attr_mid, stream);
+    else
+      e = launch_main<kStagesSmall>(p, cache.attr_small, stream);
+  }
   if (e != cudaSuccess) return e;
   if (!(parts & kLaunchCombine)) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;

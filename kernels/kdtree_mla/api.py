@@ -158,6 +158,8 @@ class VerifyWorkspace:
         self.min_blocks_per_cta = 4
         # Diagnostic for benchmarks only: 1 = main kernel alone, 2 = combine alone, 3 = both.
         self.launch_parts = 3
+        # Diagnostic for benchmarks only: KV pipeline depth (0 = the launcher's choice).
+        self.force_stages = 0
 
     @property
     def nbytes(self) -> int:
@@ -180,7 +182,7 @@ def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr
         q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
         custom_mask, mask_indptr, float(sm_scale), lse, workspace.partial_o,
         workspace.partial_lse, workspace.sched, workspace.num_ctas, workspace.min_blocks_per_cta,
-        workspace.launch_parts,
+        workspace.launch_parts, workspace.force_stages,
     )
     if err:
         _raise(err)

@@ -13,7 +13,7 @@ t0=$(date +%s)
 timeout 420 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
 rc=$?; echo "build rc=$rc in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/build.log"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py -rs ${GPU_TEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+timeout 300 python3 -X faulthandler -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_gpu.py -rs ${GPU_TEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log" | grep -v "^  File" | tail -25
 echo "gpu tests rc=${PIPESTATUS[0]} at $(( $(date +%s) - t0 )) s"
 if [ -n "${NCU_CASES:-}" ]; then  # e.g. NCU_CASES="1,8,4,5700 1,8,4,91000"
   for c in $NCU_CASES; do

@@ -79,7 +79,7 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
     cfg = launch_config()
     main = {n: f for n, f in funcs.items() if "verify_main_kernel" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
-    assert len(main) == 2 and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
+    assert len(main) == 3 and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
     for name, f in funcs.items():
         assert f["spill_st"] == 0 and f["spill_ld"] == 0, f"{arch} {name}: spills {f}"
         assert f["stack"] == 0, f"{arch} {name}: {f['stack']} B stack frame (local memory)"

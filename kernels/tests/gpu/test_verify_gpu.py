@@ -270,6 +270,7 @@ def test_bad_arguments_raise_with_a_message():
         (dict(logit_cap=30.0), ValueError, "logit_cap"),
     ]
     for change, exc, msg in bad:
+        print(f"bad-argument case: {msg}", flush=True)  # locates a crash in the log
         with pytest.raises(exc, match=msg):
             f(**{**base, **change}, workspace=ws)
     # The process survives and the kernel still works afterwards.
