@@ -20,6 +20,7 @@ if [ -n "${NCU_CASES:-}" ]; then  # e.g. NCU_CASES="1,8,4,5700 1,8,4,91000"
     timeout 120 ncu --clock-control none --kernel-name regex:verify_ --launch-skip 6 --launch-count 2 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
       python3 scripts/profile_case.py ${c//,/ } > "$OUT/ncu_${c//,/_}.txt" 2>&1
     echo "ncu $c rc=$? at $(( $(date +%s) - t0 )) s"
   done
