@@ -241,6 +241,38 @@ def logs(
     _emit("logs", {"log": text}, text)
 
 
+@app.command()
+def build(
+    profile: str = typer.Argument(..., help="Profile YAML whose serving image to build."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even if unchanged."),
+) -> None:
+    """Build the profile's serving image (content-addressed; skipped when unchanged)."""
+    from kctl.controller.maintenance import build as run
+
+    ctx = _context()
+    ctx.rebuild = rebuild
+    result = run(ctx, profile)
+    _emit("build", result, f"image {result['image']}")
+
+
+@app.command()
+def gc(
+    retain: int | None = typer.Option(
+        None, "--retain", min=0, help="Stopped containers to keep [default: 3]."
+    ),
+) -> None:
+    """Remove old stopped kctl containers; never the serving or known-good one."""
+    from kctl.controller.maintenance import gc as run
+
+    result = run(_context(), retain)
+    _emit(
+        "gc",
+        result,
+        f"removed {len(result['removed'])} container(s)"
+        + "".join(f"\n  {n}" for n in result["removed"]),
+    )
+
+
 @lock_app.command("show")
 def lock_show() -> None:
     """Who holds the deploy lock, and whether it is stale."""

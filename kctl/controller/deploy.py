@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
+from kctl.controller.maintenance import prune
 from kctl.controller.recover import reconcile, serving_now
 from kctl.controller.signals import InterruptGuard, RevertAborted
 from kctl.controller.transaction import Transaction, instance_from_dict
@@ -235,6 +236,7 @@ class _Deploy:
         )
         self.store.end_transaction(self.dep_id, "promoted")
         self.ctx.reporter.event(f"promoted {self.dep_id}")
+        prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain)
         return DeployResult(
             deployment_id=self.dep_id,
             profile=self.candidate.name,
@@ -463,6 +465,7 @@ class _Deploy:
             timings=timings,
         )
         self.store.end_transaction(self.dep_id, "reverted")
+        prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain, self.dep_id)
         result = DeployResult(
             deployment_id=self.dep_id,
             profile=self.candidate.name,

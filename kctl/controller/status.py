@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller.transaction import instance_from_dict
-from kctl.errors import UsageError
+from kctl.errors import KctlError, UsageError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -85,9 +85,14 @@ def status(ctx: Context) -> StatusReport:
         if dep is not None:
             summary = _dep_summary(dep)
             inst = instance_from_dict(dep.instance)
+            state = None
             if inst is not None:
-                runtime = ctx.runtime(inst.runtime)
-                state = runtime.state(inst)
+                try:
+                    state = _state(ctx, inst)
+                except KctlError as exc:
+                    report.health = "unknown"
+                    report.problems.append(f"cannot check {dep.id}: {exc}")
+            if inst is not None and state is not None:
                 summary["process"] = state.detail
                 if state.running:
                     host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
@@ -134,6 +139,17 @@ def status(ctx: Context) -> StatusReport:
     finally:
         store.close()
     return report
+
+
+def _state(ctx: Context, inst: Any) -> Any:
+    """The instance's state; for docker read from the engine socket without the SDK."""
+    if inst.runtime == "docker":
+        from kctl.runtime.docker.lite import inspect_state
+
+        light = inspect_state(inst.ref)
+        if light is not None:
+            return light
+    return ctx.runtime(inst.runtime).state(inst)
 
 
 def _table_from(data: dict[str, Any]) -> str | None:

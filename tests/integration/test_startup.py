@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,27 @@ def test_light_commands_do_not_import_heavy_modules(tmp_path: Path, args: list[s
     code = PROBE.format(args=full, heavy=HEAVY)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
+
+
+def test_status_of_a_docker_deployment_does_not_import_the_sdk(tmp_path: Path) -> None:
+    from kctl.profile import load_profile
+    from kctl.runtime.base import Instance
+    from kctl.store import Store
+
+    repo = Path(__file__).resolve().parents[2]
+    profile = load_profile(repo / "profiles" / "triton-graphs.yaml")
+    with Store.open(tmp_path) as store:
+        dep = store.new_deployment("deploy", profile, runtime="docker")
+        store.update_deployment(
+            dep.id,
+            status="promoted",
+            instance=Instance(runtime="docker", deployment_id=dep.id, ref="f" * 64, port=30000),
+        )
+        store.set_serving(dep.id)
+    code = PROBE.format(args=["--state-dir", str(tmp_path), "status"], heavy=HEAVY)
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
+    assert f"cannot check {dep.id}: cannot reach the Docker engine" in out.stdout

@@ -144,26 +144,7 @@ class DockerRuntime:
                 attrs = self.client.api.inspect_container(instance.ref)
             except docker.errors.NotFound:
                 return InstanceState(running=False, detail="container not found")
-        st = attrs.get("State", {})
-        running = bool(st.get("Running")) and not st.get("Restarting")
-        oom = bool(st.get("OOMKilled"))
-        restarts = int(attrs.get("RestartCount", 0))
-        code = None if running else st.get("ExitCode")
-        if running:
-            detail = "running"
-        elif oom:
-            detail = f"OOM killed (exit code {code})"
-        elif st.get("Status") == "created":
-            detail = "created, never started"
-        else:
-            detail = f"exited with code {code}"
-            if st.get("Error"):
-                detail += f": {st['Error']}"
-        if restarts:
-            detail += f", restarted {restarts} times"
-        return InstanceState(
-            running=running, exit_code=code, oom_killed=oom, restart_count=restarts, detail=detail
-        )
+        return state_from_inspect(attrs)
 
     def logs(self, instance: Instance, tail: int | None = None) -> str:
         """The container's stdout and stderr (the last ``tail`` lines when given)."""
@@ -294,3 +275,27 @@ class DockerRuntime:
                 "reused": "true" if reused else "false",
             },
         )
+
+
+def state_from_inspect(attrs: dict) -> InstanceState:  # type: ignore[type-arg]
+    """Running flag, exit code, OOM kill and restart count from ``docker inspect`` data."""
+    st = attrs.get("State", {})
+    running = bool(st.get("Running")) and not st.get("Restarting")
+    oom = bool(st.get("OOMKilled"))
+    restarts = int(attrs.get("RestartCount", 0))
+    code = None if running else st.get("ExitCode")
+    if running:
+        detail = "running"
+    elif oom:
+        detail = f"OOM killed (exit code {code})"
+    elif st.get("Status") == "created":
+        detail = "created, never started"
+    else:
+        detail = f"exited with code {code}"
+        if st.get("Error"):
+            detail += f": {st['Error']}"
+    if restarts:
+        detail += f", restarted {restarts} times"
+    return InstanceState(
+        running=running, exit_code=code, oom_killed=oom, restart_count=restarts, detail=detail
+    )
