@@ -300,6 +300,26 @@ def test_hook_installed_after_sglang_was_imported_still_patches(tmp_path: Path) 
     assert proc.stdout.strip() == "True"
 
 
+def test_a_find_spec_probe_does_not_use_up_the_hook(tmp_path: Path) -> None:
+    fake = write_fake_sglang(tmp_path / "fake", "0.5.10")
+    env = {k: v for k, v in os.environ.items() if k not in ("KDTREE_VERIFY", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), str(KERNELS)])
+    code = (
+        "import importlib.util\n"
+        "from kdtree_mla import _startup\n"
+        "assert _startup.install({'KDTREE_VERIFY': '1'})\n"
+        "assert importlib.util.find_spec('sglang.srt.layers.attention.triton_backend')\n"
+        "import sglang.srt.layers.attention.triton_backend as tb\n"
+        "print('__kdtree_verify_originals__' in vars(tb.TritonAttnBackend))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
 def test_startup_install_is_inert_and_idempotent_in_process() -> None:
     from kdtree_mla import _startup
 

@@ -62,9 +62,17 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         spec = self._real_spec(fullname, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        del self.callbacks[fullname]
-        spec.loader = _CallbackLoader(spec.loader, callback)
+        # The callback is forgotten only once the module has run: a bare find_spec() probe
+        # ("is sglang installed?") must not use it up.
+        spec.loader = _CallbackLoader(spec.loader, self._once(fullname, callback))
         return spec
+
+    def _once(self, fullname: str, callback: Callback) -> Callback:
+        def run(module: ModuleType) -> None:
+            if self.callbacks.pop(fullname, None) is not None:
+                callback(module)
+
+        return run
 
     def _real_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None
