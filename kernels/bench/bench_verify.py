@@ -32,6 +32,8 @@ from triton_ref import load_extend_attention  # noqa: E402
 
 DEFAULT_CASES = [
     # B, H, D, prefix
+    (1, 8, 4, 0),
+    (1, 8, 4, 1024),
     (1, 8, 4, 5700),
     (1, 8, 4, 23000),
     (1, 8, 4, 91000),
@@ -183,14 +185,14 @@ def main():
 
     props = torch.cuda.get_device_properties(0)
     res = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-           "cuda": torch.version.cuda, "stages": None, "cases": []}
+           "cuda": torch.version.cuda, "variant": None, "cases": []}
     from kdtree_mla import _C
 
-    res["stages"] = _C.stages_for_device(torch.cuda.current_device())
+    res["variant"] = _C.VARIANTS[_C.variant_for_device(torch.cuda.current_device())]
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
-    print(f"device {props.name} SMs {props.multi_processor_count} stages {res['stages']}")
+    print(f"device {props.name} SMs {props.multi_processor_count} variant (stages, tile, smem) {res['variant']}")
     print(f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
           f"{(mma or 0) / 1e12:.1f} TFLOP/s ({mma_note})", flush=True)
     triton_fn, triton_note = load_extend_attention(args.wheels)
@@ -209,15 +211,18 @@ def main():
             row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
         case.ws.launch_parts = 3
         if not args.no_sweep and h == 8 and prefix >= 23000:
-            stages = {}
-            for st in (2, 4, 5):
-                case.ws.force_stages = st
+            from kdtree_mla import _C as _c
+
+            variants = {}
+            for v in range(1, len(_c.VARIANTS)):
+                case.ws.force_variant = v
+                key = "stages%d_n%d" % tuple(_c.VARIANTS[v][:2])
                 try:
-                    stages[st] = time_modes(case.ours, case.n_layers, args.reps)[0]
+                    variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:
-                    stages[st] = repr(exc)[:120]
-            case.ws.force_stages = 0
-            row["stages_sweep_graph_us"] = stages
+                    variants[key] = repr(exc)[:120]
+            case.ws.force_variant = 0
+            row["variant_sweep_graph_us"] = variants
         if not args.no_sweep and b == 1 and h == 8:
             sweep = {}
             for mb in (1, 2, 4, 8):

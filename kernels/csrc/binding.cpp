@@ -97,8 +97,8 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
                 const Tensor& kv_indptr, const Tensor& kv_indices,
                 const std::optional<Tensor>& custom_mask, const std::optional<Tensor>& mask_indptr,
                 double sm_scale, const std::optional<Tensor>& lse, const Tensor& part_o,
-                const Tensor& part_lse, const Tensor& sched, int64_t num_ctas,
-                int64_t min_blocks_per_cta, int64_t parts, int64_t force_stages) {
+                const Tensor& part_lse, const Tensor& sched, const Tensor& tokinfo, int64_t num_ctas,
+                int64_t min_blocks_per_cta, int64_t parts, int64_t force_variant) {
   using Tr = VerifyTraits;
   KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
@@ -182,6 +182,10 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
                     "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
   KD_CHECK_VALUE(sched.scalar_type() == at::kInt && sched.is_contiguous(),
                     "workspace.sched: must be contiguous int32");
+  KD_TRY(check_cuda(tokinfo, "workspace.tokinfo", dev));
+  KD_CHECK_VALUE(tokinfo.scalar_type() == at::kInt && tokinfo.is_contiguous() && tokinfo.numel() >= 4 * T &&
+                     reinterpret_cast<uintptr_t>(tokinfo.data_ptr()) % 16 == 0,
+                 "workspace.tokinfo: must be contiguous int32 [>= T, 4] (T=", T, " exceeds max_tokens?)");
 
   VerifyParams p{};
   p.q = q.data_ptr();
@@ -209,9 +213,10 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.part_o = part_o.data_ptr<float>();
   p.part_lse = part_lse.data_ptr<float>();
   p.sched = sched.data_ptr<int>();
+  p.tokinfo = tokinfo.data_ptr<int>();
   p.num_ctas = static_cast<int>(num_ctas);
   p.min_blocks_per_cta = static_cast<int>(min_blocks_per_cta);
-  p.force_stages = static_cast<int>(force_stages);
+  p.force_variant = static_cast<int>(force_variant);
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
@@ -220,7 +225,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   return {};
 }
 
-int stages_for_device(int64_t device) { return verify_stages_for_device(static_cast<int>(device)); }
+int variant_for_device(int64_t device) { return verify_variant_for_device(static_cast<int>(device)); }
 
 }  // namespace
 }  // namespace kdtree_mla
@@ -229,9 +234,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MLA target-verify attention kernels (see kdtree_mla.api)";
   m.def("verify_fwd", &kdtree_mla::verify_fwd,
         "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
-  m.def("stages_for_device", &kdtree_mla::stages_for_device,
-        "KV pipeline depth the launcher uses on a device (0: unsupported)");
+  m.def("variant_for_device", &kdtree_mla::variant_for_device,
+        "kernel variant (index into VARIANTS) the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;
-  m.attr("SMEM_BYTES_SMALL") = kdtree_mla::verify_smem_bytes(kdtree_mla::kStagesSmall);
-  m.attr("SMEM_BYTES_LARGE") = kdtree_mla::verify_smem_bytes(kdtree_mla::kStagesLarge);
+  pybind11::list variants;
+  for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
+    variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::kVariants[v].n,
+                                         kdtree_mla::variant_smem_bytes(v)));
+  m.attr("VARIANTS") = variants;  // (stages, KV tile tokens, dynamic smem bytes)
 }

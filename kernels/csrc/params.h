@@ -46,10 +46,11 @@ struct VerifyParams {
   // Workspace (kdtree_mla.api.VerifyWorkspace).
   float* part_o;    // [2 * num_ctas, BLOCK_M, 512]
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
-  int* sched;       // [batch + 3]: blocks per CTA, total blocks, per-request block prefix sums
+  int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
+  int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
   int num_ctas;     // grid of the main kernel
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
-  int force_stages;        // 0: the launcher's choice; else a compiled depth (benchmarks only)
+  int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
 };
 
 }  // namespace kdtree_mla

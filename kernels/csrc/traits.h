@@ -9,7 +9,6 @@ struct VerifyTraits {
   static constexpr int kHeadDim = 576;   // 512 latent + 64 rope
   static constexpr int kHeadDimV = 512;
   static constexpr int kBlockM = 32;     // query rows (draft token x head) per CTA tile
-  static constexpr int kBlockN = 32;     // KV tokens per pipeline stage
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   // QK^T: warp w covers k-group (w % 4) of the 576 dims and n-group (w / 4) of the tokens.
@@ -21,52 +20,77 @@ struct VerifyTraits {
   // One smem KV row: 1152 B + 16 B pad so 8 consecutive rows hit distinct bank groups (ldmatrix).
   static constexpr int kKvRowElems = kHeadDim + 8;
   static constexpr int kKvRowBytes = kKvRowElems * 2;
-  static constexpr int kStageBytes = kBlockN * kKvRowBytes;
-  // Cross-k-group S reduction buffer, fp32, row padded by 8 floats against bank conflicts.
-  static constexpr int kRedRowFloats = kBlockN + 8;
-  static constexpr int kRedBytes = kKGroups * kBlockM * kRedRowFloats * 4;
-  // P tile (bf16), row padded to 80 B for conflict-free ldmatrix.
-  static constexpr int kPRowElems = kBlockN + 8;
-  static constexpr int kPBytes = kBlockM * kPRowElems * 2;
   static constexpr int kRowStatBytes = 2 * kBlockM * 4;  // alpha and 1/l per row
-  // Ring of prefix-token pool indices (8 B slots), filled by cp.async kStages blocks ahead of
-  // the KV copies that need them, so no index load latency sits in the KV issue path.
   static constexpr int kIdxRingBlocks = 8;
-  static constexpr int kIdxBytes = kIdxRingBlocks * kBlockN * 8;
-
-  static constexpr int kMaxBatch = kRedBytes / 4 - 1;  // scheduler scan lives in the red buffer
+  static constexpr int kMaxBatch = 4096;  // scheduler scan lives in the (>= 20 KB) red buffer
 
   static_assert(kHeadDim % (16 * kKGroups) == 0, "k-groups must split 576 evenly");
   static_assert(kWarps == kKGroups * kNGroups, "warp grid");
-  static_assert(kBlockN == kNGroups * 16, "each n-group covers two n8 tiles");
   static_assert(kBlockM == 32, "fragment code assumes two m16 tiles");
 };
 
-// Dynamic shared memory for a given pipeline depth.
-constexpr size_t verify_smem_bytes(int stages) {
-  return size_t(stages) * VerifyTraits::kStageBytes + VerifyTraits::kRedBytes +
-         VerifyTraits::kPBytes + VerifyTraits::kRowStatBytes + VerifyTraits::kIdxBytes;
+// What depends on the KV tile: kN tokens per pipeline stage (32 everywhere; 64 is an sm_90
+// variant that halves the per-token barrier and softmax overhead).
+template <int kN>
+struct KvTile {
+  static constexpr int kBlockN = kN;
+  static constexpr int kStageBytes = kN * VerifyTraits::kKvRowBytes;
+  // Loader: kLoadTpt threads per token row, each copying kLoadChunks 16 B chunks.
+  static constexpr int kLoadTpt = VerifyTraits::kThreads / kN;
+  static constexpr int kLoadChunks = VerifyTraits::kHeadDim * 2 / 16 / kLoadTpt;
+  // QK^T: each n-group covers kN / 2 tokens = kNT8 n8 tiles.
+  static constexpr int kNT8 = kN / 2 / 8;
+  // Cross-k-group S reduction buffer, fp32, row padded by 8 floats against bank conflicts.
+  static constexpr int kRedRowFloats = kN + 8;
+  static constexpr int kRedBytes = VerifyTraits::kKGroups * VerifyTraits::kBlockM * kRedRowFloats * 4;
+  // P tile (bf16), row padded by 16 B for conflict-free ldmatrix.
+  static constexpr int kPRowElems = kN + 8;
+  static constexpr int kPBytes = VerifyTraits::kBlockM * kPRowElems * 2;
+  // Softmax: 8 threads per row, kSmCols columns each.
+  static constexpr int kSmCols = kN / 8;
+  // Ring of prefix-token pool indices (8 B slots), filled by cp.async kStages blocks ahead of
+  // the KV copies that need them, so no index load latency sits in the KV issue path.
+  static constexpr int kIdxBytes = VerifyTraits::kIdxRingBlocks * kN * 8;
+
+  static_assert(kN == 32 || kN == 64, "tile sizes the fragment code supports");
+  static_assert(kLoadTpt * kLoadChunks * 16 == VerifyTraits::kHeadDim * 2, "loader covers a row");
+  static_assert(kRedBytes / 4 > VerifyTraits::kMaxBatch, "scan fits the red buffer");
+};
+
+// Dynamic shared memory for a given pipeline depth and tile.
+constexpr size_t verify_smem_bytes(int stages, int n = 32) {
+  return n == 64 ? size_t(stages) * KvTile<64>::kStageBytes + KvTile<64>::kRedBytes + KvTile<64>::kPBytes +
+                       VerifyTraits::kRowStatBytes + KvTile<64>::kIdxBytes
+                 : size_t(stages) * KvTile<32>::kStageBytes + KvTile<32>::kRedBytes + KvTile<32>::kPBytes +
+                       VerifyTraits::kRowStatBytes + KvTile<32>::kIdxBytes;
 }
 
-// sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block; the launcher picks the deepest
-// pipeline that fits the device's limit, so sm_120 gets kStagesSmall.
+// sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block.
 constexpr size_t kSm120SmemLimit = 101376;
-constexpr int kStagesLarge = 5;
-constexpr int kStagesMid = 4;  // benchmark variant (VerifyParams.force_stages)
-constexpr int kStagesSmall = 2;
-static_assert(verify_smem_bytes(kStagesSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
 
-// The launcher's choice for a device whose opt-in smem limit per block is `optin` (0: none fits).
-constexpr int stages_for_optin(size_t optin) {
-  return optin >= verify_smem_bytes(kStagesLarge)   ? kStagesLarge
-         : optin >= verify_smem_bytes(kStagesSmall) ? kStagesSmall
-                                                    : 0;
+// Compiled kernel variants: pipeline depth x KV tile. The launcher uses the default of the
+// largest class that fits the device's smem opt-in limit (VerifyParams.force_variant overrides,
+// for benchmarks). sm_120 gets kVariantSmall.
+struct KernelVariant {
+  int stages;
+  int n;
+};
+constexpr KernelVariant kVariants[] = {{0, 0}, {2, 32}, {4, 32}, {5, 32}, {2, 64}};
+constexpr int kNumVariants = 5;
+constexpr int kVariantSmall = 1;
+constexpr int kVariantLarge = 3;
+constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].n); }
+constexpr int variant_for_optin(size_t optin) {
+  return optin >= variant_smem_bytes(kVariantLarge)   ? kVariantLarge
+         : optin >= variant_smem_bytes(kVariantSmall) ? kVariantSmall
+                                                      : 0;
 }
-static_assert(stages_for_optin(kSm120SmemLimit) == kStagesSmall, "sm_120 must get the small config");
+static_assert(variant_smem_bytes(kVariantSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
+static_assert(variant_for_optin(kSm120SmemLimit) == kVariantSmall, "sm_120 must get the small config");
 
-// Combine kernel: grid (rows, kCombineSplits) x kCombineThreads, one 64-col slice per CTA.
+// Combine kernel: grid (rows, kCombineSplits) x kCombineThreads, one 128-col slice per CTA.
 constexpr int kCombineThreads = 256;
-constexpr int kCombineSplits = 8;
+constexpr int kCombineSplits = 4;
 constexpr int kCombineMaxParts = 1024;  // max CTAs of the main kernel (num_ctas + 1 parts)
 
 }  // namespace kdtree_mla

@@ -94,6 +94,7 @@ struct Request {
   int nblk;           // KV blocks per segment
 };
 
+template <int kN>
 __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   Request r;
   const int64_t q0 = load_index(p.qo_indptr, b, p.index64 & kQoIndptr64);
@@ -107,7 +108,7 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   r.kv_len = r.prefix + r.draft;
   r.rows = r.draft * p.num_heads;
   r.mtiles = (r.rows + T::kBlockM - 1) / T::kBlockM;
-  r.nblk = r.draft > 0 ? (r.kv_len + T::kBlockN - 1) / T::kBlockN : 0;
+  r.nblk = r.draft > 0 ? (r.kv_len + kN - 1) / kN : 0;
   r.mask_begin = p.mask != nullptr ? load_index(p.mask_indptr, b, p.index64 & kMaskIndptr64) : 0;
   return r;
 }
@@ -142,11 +143,12 @@ __device__ __forceinline__ int units_of(const Request& r, int q) {
 }
 
 // Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U).
+template <int kN>
 __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int w = 0, segs = 0;
   for (int b = tid; b < p.batch; b += T::kThreads) {
-    const Request r = load_request(p, b);
+    const Request r = load_request<kN>(p, b);
     w += r.mtiles * r.nblk;
     segs += r.nblk > 0 ? r.mtiles : 0;
   }
@@ -164,7 +166,7 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   int carry = 0;
   for (int base = 0; base < p.batch; base += T::kThreads) {
     const int b = base + tid;
-    int x = b < p.batch ? units_of(load_request(p, b), q) : 0;
+    int x = b < p.batch ? units_of(load_request<kN>(p, b), q) : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, x, o);
@@ -188,15 +190,23 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   return s;
 }
 
-template <int kStages>
+template <int kStages, int kN>
 __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  if constexpr (kN != 32) {  // sm_90-only variant: its smem exceeds sm_120's limit, never launched there
+    __trap();
+    return;
+  } else
+#endif
+  {
+  using K = KvTile<kN>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* kv_s = smem;
-  float* red_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes);
-  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + kStages * T::kStageBytes + T::kRedBytes);
-  float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes);
+  float* red_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes);
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + kStages * K::kStageBytes + K::kRedBytes);
+  float* alpha_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes + K::kRedBytes + K::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;  // 1 / l per row, written in the epilogue
-  uint8_t* idx_s = smem + kStages * T::kStageBytes + T::kRedBytes + T::kPBytes + T::kRowStatBytes;
+  uint8_t* idx_s = smem + kStages * K::kStageBytes + K::kRedBytes + K::kPBytes + T::kRowStatBytes;
   __shared__ int warp_sums[T::kWarps];
   __shared__ int start_info[2];
   // Draft-to-draft mask bytes of the (at most 4) draft tokens of this M-tile: [token][16].
@@ -214,13 +224,20 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 
   // ---- schedule (identical in every CTA) ----
   int* scan = reinterpret_cast<int*>(red_s);
-  const Schedule sch = make_schedule(p, scan, warp_sums);
+  const Schedule sch = make_schedule<kN>(p, scan, warp_sums);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
     for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
     if (tid == 0) {
       p.sched[0] = sch.units_per_cta;
       p.sched[1] = q;
+    }
+    // Per draft token: where its request's rows and segments are, for the combine kernel
+    // (one 16-byte load there instead of a search over qo_indptr).
+    for (int b = tid; b < p.batch; b += T::kThreads) {
+      const Request r = load_request<kN>(p, b);
+      const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
+      for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
     }
   }
   // Units fit in int: U <= W <= 4096 requests * 64 M-tiles * 8193 blocks.
@@ -241,7 +258,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   int req_start = start_info[1];
   __syncthreads();  // scan (red buffer) is reused below
 
-  Request req = load_request(p, b);
+  Request req = load_request<kN>(p, b);
   int seg_units = (req.nblk + q - 1) / q;
   int off = range_lo - req_start;
   int mt = off / seg_units;
@@ -255,7 +272,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   const uint32_t kv_base = smem_u32(kv_s);
 
   // Loader mapping: 8 threads per token row, each copying 9 chunks of 16 B (stride 128 B).
-  const int ld_tok = tid >> 3, ld_chunk = tid & 7;
+  const int ld_tok = tid / K::kLoadTpt, ld_chunk = tid % K::kLoadTpt;
 
   while (true) {
     const int unit_hi = min(seg_units, range_hi - seg_start);
@@ -263,16 +280,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     const int blk_hi = min(unit_hi * q, req.nblk);
     const int nb = blk_hi - blk_lo;
     const int row0 = mt * T::kBlockM;
-    const int tok_lo = blk_lo * T::kBlockN;
-    const int tok_hi = min(blk_hi * T::kBlockN, req.kv_len);
+    const int tok_lo = blk_lo * K::kBlockN;
+    const int tok_hi = min(blk_hi * K::kBlockN, req.kv_len);
 
     const uint32_t idx_base = smem_u32(idx_s);
     // Pool index of token (tok_lo + blk * 32 + tid) into ring slot, by cp.async (tid < 32).
     auto issue_idx = [&](int blk) {
-      if (tid < T::kBlockN && blk < nb) {
-        const int k = tok_lo + blk * T::kBlockN + tid;
+      if (tid < K::kBlockN && blk < nb) {
+        const int k = tok_lo + blk * K::kBlockN + tid;
         if (k < tok_hi && k < req.prefix) {
-          const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * T::kBlockN + tid) * 8;
+          const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * K::kBlockN + tid) * 8;
           if (idx64)
             cp_async_small<8>(dst, static_cast<const int64_t*>(p.kv_indices) + req.kv_begin + k);
           else
@@ -282,10 +299,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     };
     // Source row of this thread's token in block blk, or null past the piece's range.
     auto token_src = [&](int blk) -> const __nv_bfloat16* {
-      const int k = tok_lo + blk * T::kBlockN + ld_tok;
+      const int k = tok_lo + blk * K::kBlockN + ld_tok;
       if (k >= tok_hi) return nullptr;
       if (k < req.prefix) {
-        const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + ld_tok) * 8;
+        const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * K::kBlockN + ld_tok) * 8;
         const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
                                   : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
         return kbuf + idx * p.k_buf_stride;
@@ -293,11 +310,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
     };
     auto issue_block = [&](int stage, const __nv_bfloat16* src) {
-      const uint32_t dst = kv_base + stage * T::kStageBytes + ld_tok * T::kKvRowBytes + ld_chunk * 16;
+      const uint32_t dst = kv_base + stage * K::kStageBytes + ld_tok * T::kKvRowBytes + ld_chunk * 16;
       const __nv_bfloat16* s = src != nullptr ? src + ld_chunk * 8 : kbuf;
       const int n = src != nullptr ? 16 : 0;
 #pragma unroll
-      for (int j = 0; j < T::kHeadDim / 64; ++j) cp_async16(dst + j * 128, s + (src != nullptr ? j * 64 : 0), n);
+      for (int j = 0; j < K::kLoadChunks; ++j)
+        cp_async16(dst + j * 16 * K::kLoadTpt, s + (src != nullptr ? j * 8 * K::kLoadTpt : 0), n);
     };
 
     // Indices of the first kStages blocks (one exposed latency per piece); Q is loaded meanwhile.
@@ -354,7 +372,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.f;
 
     // Softmax state: thread owns row sm_row, columns sm_col..sm_col+3 of each block.
-    const int sm_row = tid >> 3, sm_col = (tid & 7) * 4;
+    const int sm_row = tid >> 3, sm_col = (tid & 7) * K::kSmCols;
     const int q_row = row0 + sm_row;
     const bool row_ok = q_row < req.rows;
     const int q_tok = row_ok ? q_row / p.num_heads : 0;  // draft index i of this row
@@ -369,61 +387,65 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         issue_idx(nxt + kStages);
         cp_async_commit();
       }
-      const uint32_t stage = kv_base + (i % kStages) * T::kStageBytes;
+      const uint32_t stage = kv_base + (i % kStages) * K::kStageBytes;
 
       // ---- S partial = Q[:, kgroup] K[ngroup tokens, kgroup]^T ----
-      float s[2][2][4];
+      float s[2][K::kNT8][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < K::kNT8; ++ni)
 #pragma unroll
           for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
       {
         const int mat = lane >> 3, r8 = lane & 7;
-        const uint32_t kaddr = stage + (ng * 16 + (mat >> 1) * 8 + r8) * T::kKvRowBytes +
+        const uint32_t kaddr = stage + (ng * (kN / 2) + (mat >> 1) * 8 + r8) * T::kKvRowBytes +
                                (kg * T::kKSteps * 16 + (mat & 1) * 8) * 2;
 #pragma unroll
         for (int ks = 0; ks < T::kKSteps; ++ks) {
-          uint32_t kb[4];
-          ldmatrix_x4(kb, kaddr + ks * 32);
 #pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            mma_bf16(s[mi][0], qf[mi][ks], kb[0], kb[1]);
-            mma_bf16(s[mi][1], qf[mi][ks], kb[2], kb[3]);
+          for (int nj = 0; nj < K::kNT8 / 2; ++nj) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, kaddr + nj * 16 * T::kKvRowBytes + ks * 32);
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+              mma_bf16(s[mi][2 * nj], qf[mi][ks], kb[0], kb[1]);
+              mma_bf16(s[mi][2 * nj + 1], qf[mi][ks], kb[2], kb[3]);
+            }
           }
         }
       }
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
+        for (int ni = 0; ni < K::kNT8; ++ni)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int r = mi * 16 + g + half * 8;
-            const int c = ng * 16 + ni * 8 + t4 * 2;
-            *reinterpret_cast<float2*>(&red_s[(kg * T::kBlockM + r) * T::kRedRowFloats + c]) =
+            const int c = ng * (kN / 2) + ni * 8 + t4 * 2;
+            *reinterpret_cast<float2*>(&red_s[(kg * T::kBlockM + r) * K::kRedRowFloats + c]) =
                 make_float2(s[mi][ni][half * 2], s[mi][ni][half * 2 + 1]);
           }
       __syncthreads();
 
       // ---- online softmax over this block ----
       {
-        float v[4];
-        {
-          float4 x = *reinterpret_cast<const float4*>(&red_s[sm_row * T::kRedRowFloats + sm_col]);
+        float v[K::kSmCols];
+#pragma unroll
+        for (int c4 = 0; c4 < K::kSmCols; c4 += 4) {
+          float4 x = *reinterpret_cast<const float4*>(&red_s[sm_row * K::kRedRowFloats + sm_col + c4]);
 #pragma unroll
           for (int k = 1; k < T::kKGroups; ++k) {
             const float4 y = *reinterpret_cast<const float4*>(
-                &red_s[(k * T::kBlockM + sm_row) * T::kRedRowFloats + sm_col]);
+                &red_s[(k * T::kBlockM + sm_row) * K::kRedRowFloats + sm_col + c4]);
             x.x += y.x; x.y += y.y; x.z += y.z; x.w += y.w;
           }
-          v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+          v[c4] = x.x; v[c4 + 1] = x.y; v[c4 + 2] = x.z; v[c4 + 3] = x.w;
         }
-        const int kbase = tok_lo + i * T::kBlockN + sm_col;
+        const int kbase = tok_lo + i * K::kBlockN + sm_col;
         float bmax = -CUDART_INF_F;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < K::kSmCols; ++j) {
           const int k = kbase + j;
           bool ok = row_ok && k < tok_hi;
           if (ok && k >= req.prefix) {
@@ -446,7 +468,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         const float alpha = exp2f(m_run - m_use);  // m_run = -inf -> 0
         float psum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < K::kSmCols; ++j) {
           v[j] = exp2f(v[j] - m_use);
           psum += v[j];
         }
@@ -455,8 +477,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         psum += __shfl_xor_sync(0xffffffffu, psum, 4);
         l_run = l_run * alpha + psum;
         m_run = m_new;
-        uint2 packed = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
-        *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) = packed;
+#pragma unroll
+        for (int j = 0; j < K::kSmCols; j += 4)
+          *reinterpret_cast<uint2*>(&p_s[sm_row * K::kPRowElems + sm_col + j]) =
+              make_uint2(pack_bf16x2(v[j], v[j + 1]), pack_bf16x2(v[j + 2], v[j + 3]));
         if ((tid & 7) == 0) alpha_s[sm_row] = alpha;
       }
       __syncthreads();
@@ -474,11 +498,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       {
         const int mat = lane >> 3, r8 = lane & 7;
 #pragma unroll
-        for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+        for (int kk = 0; kk < K::kBlockN / 16; ++kk) {
           uint32_t pa[2][4];
 #pragma unroll
           for (int mi = 0; mi < 2; ++mi)
-            ldmatrix_x4(pa[mi], smem_u32(&p_s[(mi * 16 + (mat & 1) * 8 + r8) * T::kPRowElems +
+            ldmatrix_x4(pa[mi], smem_u32(&p_s[(mi * 16 + (mat & 1) * 8 + r8) * K::kPRowElems +
                                                kk * 16 + (mat >> 1) * 8]));
           const uint32_t vrow = stage + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
 #pragma unroll
@@ -547,86 +571,84 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       mt = 0;
       do {
         ++b;
-        req = load_request(p, b);
+        req = load_request<kN>(p, b);
       } while (req.nblk == 0);
       seg_units = (req.nblk + q - 1) / q;
     }
     __syncthreads();  // inv_s / stages reused by the next piece
   }
+  }  // kN supported on this arch
 }
 
 // Merges the partials of every segment that CTA boundaries cut. Grid: (row groups, splits);
 // CTA (x, y) handles rows x, x + gridDim.x, ... of the T*H output rows, columns
 // [y * 64, y * 64 + 64). Rows whose segment was not cut were written by the main kernel.
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const VerifyParams p) {
-  __shared__ float wts[kCombineThreads / 32];
-  __shared__ float red[kCombineThreads / 32][64];
-  __shared__ float scal[kCombineThreads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int kW = kCombineThreads / 32;
+  constexpr int kCols = T::kHeadDimV / kCombineSplits;  // 128: 4 per lane
+  __shared__ float red[kW][kCols];
+  __shared__ float scal_m[kW], scal_l[kW];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // main grid done, its writes visible
 #endif
   const int per_cta = p.sched[0];  // units per CTA
-  const int q = p.sched[1];        // blocks per unit
-  const int64_t nrows = int64_t(p.num_tokens) * p.num_heads;
-  const int col0 = blockIdx.y * 64;
+  // Rows past qo_indptr[B] belong to no request (T larger than the batch's drafts): skip them.
+  const int64_t nrows =
+      min(int64_t(p.num_tokens), load_index(p.qo_indptr, p.batch, p.index64 & kQoIndptr64)) * p.num_heads;
+  const int col0 = blockIdx.y * kCols;
 
   for (int64_t row = blockIdx.x; row < nrows; row += gridDim.x) {
     const int64_t t = row / p.num_heads;
     const int h = static_cast<int>(row % p.num_heads);
-    int lo = 0, hi = p.batch - 1;  // largest b with qo_indptr[b] <= t
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (load_index(p.qo_indptr, mid, p.index64 & kQoIndptr64) <= t) lo = mid; else hi = mid - 1;
-    }
-    const Request req = load_request(p, lo);
-    const int local = static_cast<int>(t - req.qo_begin) * p.num_heads + h;
+    const int4 info = reinterpret_cast<const int4*>(p.tokinfo)[t];  // qo_begin, prefix, seg_units
+    const int local = static_cast<int>(t - info.x) * p.num_heads + h;
     const int mt = local / T::kBlockM, r = local % T::kBlockM;
-    const int seg_units = (req.nblk + q - 1) / q;
-    const int seg_start = p.sched[2 + lo] + mt * seg_units;
+    const int seg_units = info.z;
+    const int seg_start = info.y + mt * seg_units;
     const int c0 = seg_start / per_cta;
-    const int c1 = (seg_start + seg_units - 1) / per_cta;
-    if (c0 == c1) continue;  // uniform across the CTA
+    const int c1 = min((seg_start + seg_units - 1) / per_cta, p.num_ctas - 1);
+    if (c0 >= c1) continue;  // written by the main kernel; uniform across the CTA
     const int nparts = c1 - c0 + 1;
     auto slot_of = [&](int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); };
 
     // One pass: warp w merges parts w, w+8, ... online (LSE and O loads issued together),
     // then the 8 warp results are merged through shared memory.
     float m = -CUDART_INF_F, l = 0.f;
-    float2 a = make_float2(0.f, 0.f);
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
     for (int k = warp; k < nparts; k += kW) {
       const int slot = slot_of(k);
       const float v = p.part_lse[slot * T::kBlockM + r];
-      const float2 x = *reinterpret_cast<const float2*>(
-          p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 2);
+      const float4 x = *reinterpret_cast<const float4*>(
+          p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 4);
       const float m_new = fmaxf(m, v);
       if (m_new != -CUDART_INF_F) {
         const float so = exp2f(m - m_new), sn = exp2f(v - m_new);
         a.x = a.x * so + sn * x.x;
         a.y = a.y * so + sn * x.y;
+        a.z = a.z * so + sn * x.z;
+        a.w = a.w * so + sn * x.w;
         l = l * so + sn;
         m = m_new;
       }
     }
-    red[warp][lane * 2] = a.x;
-    red[warp][lane * 2 + 1] = a.y;
+    *reinterpret_cast<float4*>(&red[warp][lane * 4]) = a;
     if (lane == 0) {
-      scal[warp] = m;
-      wts[warp] = l;
+      scal_m[warp] = m;
+      scal_l[warp] = l;
     }
     __syncthreads();
-    if (tid < 32) {
+    if (tid < kCols / 2) {
       float mx = -CUDART_INF_F;
-      for (int i = 0; i < kW; ++i) mx = fmaxf(mx, scal[i]);
+      for (int i = 0; i < kW; ++i) mx = fmaxf(mx, scal_m[i]);
       const float mref = mx == -CUDART_INF_F ? 0.f : mx;
       float x = 0.f, y = 0.f, sum = 0.f;
       for (int i = 0; i < kW; ++i) {
-        const float w = exp2f(scal[i] - mref);
+        const float w = exp2f(scal_m[i] - mref);
         x += w * red[i][tid * 2];
         y += w * red[i][tid * 2 + 1];
-        sum += w * wts[i];
+        sum += w * scal_l[i];
       }
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + col0;

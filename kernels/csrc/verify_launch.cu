@@ -11,16 +11,16 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 struct DeviceCache {
-  std::atomic<int> stages{0};  // 0 = not yet probed
-  // Per kernel instantiation: its smem opt-in attribute has been set on this device.
-  std::atomic<bool> attr_small{false}, attr_mid{false}, attr_large{false};
+  std::atomic<int> variant{0};  // 0 = not yet probed
+  // Per kernel variant: its smem opt-in attribute has been set on this device.
+  std::atomic<bool> attr_set[kNumVariants] = {};
 };
 DeviceCache g_cache[kMaxDevices];
 
-template <int kStages>
+template <int kStages, int kN>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
-  constexpr size_t smem = verify_smem_bytes(kStages);
-  auto kernel = detail::verify_main_kernel<kStages>;
+  constexpr size_t smem = verify_smem_bytes(kStages, kN);
+  auto kernel = detail::verify_main_kernel<kStages, kN>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -33,41 +33,43 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
 
 }  // namespace
 
-int verify_stages_for_device(int device) {
+int verify_variant_for_device(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
   DeviceCache& cache = g_cache[device];
-  int stages = cache.stages.load(std::memory_order_acquire);
-  if (stages != 0) return stages;
+  int v = cache.variant.load(std::memory_order_acquire);
+  if (v != 0) return v;
   int optin = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     return 0;
-  stages = stages_for_optin(static_cast<size_t>(optin));
-  if (stages == 0) return 0;
-  cache.stages.store(stages, std::memory_order_release);
-  return stages;
+  v = variant_for_optin(static_cast<size_t>(optin));
+  if (v == 0) return 0;
+  cache.variant.store(v, std::memory_order_release);
+  return v;
 }
 
 cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream, int parts) {
-  int stages = verify_stages_for_device(device);
-  if (p.force_stages != 0) {
-    if (p.force_stages != kStagesSmall && p.force_stages != kStagesMid && p.force_stages != kStagesLarge)
-      return cudaErrorInvalidValue;
-    if (p.force_stages > stages) return cudaErrorInvalidConfiguration;  // would not fit
-    stages = p.force_stages;
+  int v = verify_variant_for_device(device);
+  if (v == 0) return cudaErrorInvalidConfiguration;
+  if (p.force_variant != 0) {
+    if (p.force_variant < 1 || p.force_variant >= kNumVariants) return cudaErrorInvalidValue;
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (variant_smem_bytes(p.force_variant) > static_cast<size_t>(optin)) return cudaErrorInvalidConfiguration;
+    v = p.force_variant;
   }
-  if (stages == 0) return cudaErrorInvalidConfiguration;
   if (p.batch < 1 || p.batch > VerifyTraits::kMaxBatch || p.num_ctas < 1 ||
       p.num_ctas >= kCombineMaxParts || p.num_tokens < 1)
     return cudaErrorInvalidValue;
   DeviceCache& cache = g_cache[device];
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
-    if (stages == kStagesLarge)
-      e = launch_main<kStagesLarge>(p, cache.attr_large, stream);
-    else if (stages == kStagesMid)
-      e = launch_main<kStagesMid>(p, cache.attr_mid, stream);
-    else
-      e = launch_main<kStagesSmall>(p, cache.attr_small, stream);
+    switch (v) {
+      case 1: e = launch_main<2, 32>(p, cache.attr_set[1], stream); break;
+      case 2: e = launch_main<4, 32>(p, cache.attr_set[2], stream); break;
+      case 3: e = launch_main<5, 32>(p, cache.attr_set[3], stream); break;
+      case 4: e = launch_main<2, 64>(p, cache.attr_set[4], stream); break;
+      default: return cudaErrorInvalidValue;
+    }
   }
   if (e != cudaSuccess) return e;
   if (!(parts & kLaunchCombine)) return cudaSuccess;

@@ -7,8 +7,8 @@
 
 namespace kdtree_mla {
 
-// Pipeline depth the launcher uses on `device` (deepest that fits its smem opt-in limit).
-int verify_stages_for_device(int device);
+// Kernel variant (traits.h kVariants) the launcher uses on `device`; 0: none fits.
+int verify_variant_for_device(int device);
 
 // Launches the split-KV kernel and the combine kernel on `stream`. Returns the first CUDA
 // error (never aborts). Launch geometry: main grid = params.num_ctas, combine grid from

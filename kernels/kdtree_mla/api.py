@@ -152,18 +152,22 @@ class VerifyWorkspace:
         self.partial_lse = torch.empty((2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev)
         # [0] = blocks per CTA, [1] = total blocks, [2 : 2+B+1] = per-request block prefix sums.
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
+        # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
+        self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
         # Lower bound on the 32-token KV blocks one CTA takes: fewer, longer CTA ranges cost
         # less partial-result traffic on short contexts. Plain host int: changing it between
         # eager calls is fine; a captured graph keeps the value it was captured with.
         self.min_blocks_per_cta = 4
         # Diagnostic for benchmarks only: 1 = main kernel alone, 2 = combine alone, 3 = both.
         self.launch_parts = 3
-        # Diagnostic for benchmarks only: KV pipeline depth (0 = the launcher's choice).
-        self.force_stages = 0
+        # Diagnostic for benchmarks only: kernel variant, an index into _C.VARIANTS
+        # (0 = the launcher's choice for the device).
+        self.force_variant = 0
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.partial_o, self.partial_lse, self.sched))
+        bufs = (self.partial_o, self.partial_lse, self.sched, self.tokinfo)
+        return sum(t.numel() * t.element_size() for t in bufs)
 
 
 def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
@@ -181,8 +185,8 @@ def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr
     err = (_EXT or _load_ext()).verify_fwd(
         q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
         custom_mask, mask_indptr, float(sm_scale), lse, workspace.partial_o,
-        workspace.partial_lse, workspace.sched, workspace.num_ctas, workspace.min_blocks_per_cta,
-        workspace.launch_parts, workspace.force_stages,
+        workspace.partial_lse, workspace.sched, workspace.tokinfo, workspace.num_ctas, workspace.min_blocks_per_cta,
+        workspace.launch_parts, workspace.force_variant,
     )
     if err:
         _raise(err)

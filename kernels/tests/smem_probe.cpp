@@ -1,4 +1,4 @@
-// Host-only probe (no GPU, no CUDA runtime): prints the launch configuration the launcher
+// Host-only probe (no GPU, no CUDA runtime): prints the launch configurations the launcher
 // derives from traits.h, for the compile test.
 #include <cstdio>
 
@@ -6,10 +6,10 @@
 
 int main() {
   using namespace kdtree_mla;
-  std::printf("smem_small %zu\n", verify_smem_bytes(kStagesSmall));
-  std::printf("smem_large %zu\n", verify_smem_bytes(kStagesLarge));
-  std::printf("stages_sm120 %d\n", stages_for_optin(kSm120SmemLimit));
-  std::printf("stages_sm90 %d\n", stages_for_optin(232448));
+  for (int v = 1; v < kNumVariants; ++v)
+    std::printf("variant%d %d %d %zu\n", v, kVariants[v].stages, kVariants[v].n, variant_smem_bytes(v));
+  std::printf("variant_sm120 %d\n", variant_for_optin(kSm120SmemLimit));
+  std::printf("variant_sm90 %d\n", variant_for_optin(232448));
   std::printf("threads %d\n", VerifyTraits::kThreads);
   return 0;
 }

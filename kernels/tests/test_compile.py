@@ -59,7 +59,7 @@ def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]
     return funcs
 
 
-def launch_config() -> dict[str, int]:
+def launch_config() -> dict:
     gxx = shutil.which("g++") or shutil.which("c++")
     if gxx is None:
         pytest.fail("a host C++ compiler is needed to evaluate traits.h")
@@ -70,7 +70,15 @@ def launch_config() -> dict[str, int]:
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     finally:
         exe.unlink(missing_ok=True)
-    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    cfg: dict = {"variants": {}}
+    for line in out.splitlines():
+        key, *vals = line.split()
+        if key.startswith("variant") and key[7:].isdigit():
+            stages, n, smem = (int(v) for v in vals)
+            cfg["variants"][int(key[7:])] = {"stages": stages, "n": n, "smem": smem}
+        else:
+            cfg[key] = int(vals[0])
+    return cfg
 
 
 @pytest.mark.parametrize("arch", ["sm_120", "sm_90"])
@@ -79,25 +87,29 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
     cfg = launch_config()
     main = {n: f for n, f in funcs.items() if "verify_main_kernel" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
-    assert len(main) == 3 and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
+    assert len(main) == len(cfg["variants"]) and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
     for name, f in funcs.items():
         assert f["spill_st"] == 0 and f["spill_ld"] == 0, f"{arch} {name}: spills {f}"
         assert f["stack"] == 0, f"{arch} {name}: {f['stack']} B stack frame (local memory)"
         assert f["regs"] <= MAX_REGS, f"{arch} {name}: {f['regs']} registers"
         assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
-    stages = cfg["stages_sm120"] if arch == "sm_120" else cfg["stages_sm90"]
-    dyn = cfg["smem_small"] if stages == 2 else cfg["smem_large"]
-    picked = [f for n, f in main.items() if f"ILi{stages}E" in n]
-    assert len(picked) == 1, f"{arch}: no main kernel instantiated for {stages} stages"
+    chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
+    var = cfg["variants"][chosen]
+    picked = [f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}EE" in n]
+    assert len(picked) == 1, f"{arch}: no main kernel instantiated for variant {var}"
     f = picked[0]
-    assert f["smem"] + dyn <= SMEM_LIMIT[arch], (
-        f"{arch}: main kernel needs {f['smem']} static + {dyn} dynamic B > {SMEM_LIMIT[arch]}")
+    assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
+        f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B > {SMEM_LIMIT[arch]}")
     # Registers are allocated per warp in units of 256: the block must fit one SM.
     regs_alloc = -(-f["regs"] // 8) * 8
     assert regs_alloc * cfg["threads"] <= REGS_PER_SM, f"{arch}: {f['regs']} regs x {cfg['threads']} threads"
 
 
-def test_sm120_gets_the_small_config():
+def test_sm120_gets_a_config_within_its_smem_limit():
     cfg = launch_config()
-    assert cfg["stages_sm120"] == 2
-    assert cfg["smem_small"] <= SMEM_LIMIT["sm_120"] < cfg["smem_large"]
+    small = cfg["variants"][cfg["variant_sm120"]]
+    assert small["smem"] <= SMEM_LIMIT["sm_120"]
+    # Every variant bigger than sm_120's limit is one the launcher can never pick there.
+    for v, var in cfg["variants"].items():
+        if var["smem"] > SMEM_LIMIT["sm_120"]:
+            assert v != cfg["variant_sm120"]
