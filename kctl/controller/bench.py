@@ -30,8 +30,14 @@ class BenchResult:
 
 
 def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
-    from kctl.gate import Measurement, judge, measure, plan_workload, render_table
-    from kctl.gate.verdict import CorrectnessResult  # noqa: F401 - judged inside judge()
+    from kctl.gate import (
+        Measurement,
+        check_correctness,
+        judge,
+        measure,
+        plan_workload,
+        render_table,
+    )
 
     store = ctx.open_store()
     dep = store.serving()
@@ -71,7 +77,11 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
             base.content_hash, bfp, max_age_s=float("inf"), now=ctx.clock()
         )
         if stored is not None:
-            verdict = judge(Measurement.from_dict(stored[0]), meas, gate_profile.gate.policy)
+            base_meas = Measurement.from_dict(stored[0])
+            correctness = check_correctness(
+                base_meas, meas, max_mismatched=gate_profile.gate.correctness.max_mismatched_prompts
+            )
+            verdict = judge(base_meas, meas, gate_profile.gate.policy, correctness)
             result.compared_with = base.name
             result.table = _with_note(ctx, serving_profile, render_table(verdict))
             result.verdict = verdict.to_dict()

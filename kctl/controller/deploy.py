@@ -12,6 +12,7 @@ next command (Degraded, exit 4). Failures before any change raise PreconditionFa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +113,7 @@ class _Deploy:
         self.candidate_instance: Instance | None = None
         self.previous: tuple[Any, Instance] | None = None  # what serves before the next stop
         self.original: tuple[Any, Instance] | None = None  # what served when the deploy began
+        self.health_report: Any = None
         self.stage = "candidate"  # whose failure a failure is: "baseline" or "candidate"
         self.images: dict[str, str | None] = {}
         self.warnings: list[str] = []
@@ -186,7 +188,7 @@ class _Deploy:
         self.changed = True
         self.store.update_deployment(self.dep_id, status="starting")
         with self.timer.phase("candidate_health"):
-            self.candidate_instance, _ = common.bring_up(
+            self.candidate_instance, self.health_report = common.bring_up(
                 self.txn,
                 self.runtime,
                 self.candidate,
@@ -208,6 +210,12 @@ class _Deploy:
                 progress=self._gate_progress,
                 clock=self.ctx.gate_clock(self.candidate),
             )
+        if self.health_report is not None:
+            # the candidate's health phases belong in the verdict's timings line, on the
+            # same (real-time) scale as the gate's own timings
+            scale = self.candidate.simulator.speedup if self.ctx.simulate else 1.0
+            health = tuple((k, v * scale) for k, v in self.health_report.timings())
+            result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
         gate_dict = result.to_dict()
         self.store.save_gate_result(self.dep_id, gate_dict)
         from kctl.gate import render_table
