@@ -120,31 +120,42 @@ def mma_throughput() -> tuple[float | None, str]:
 
 
 class Case:
+    """One verify shape, over n_layers distinct per-layer KV pools (each the size of the batch's
+    prefixes; together >= 6x the L2), distinct per-layer q / k_extend / o, and one set of
+    metadata (qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr) shared by all layers,
+    as SGLang builds it once per forward step and passes it to all 61 layers."""
+
     def __init__(self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
         per_layer = b * (prefix + d) * 1152
         self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
-        self.layers = [
-            make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000 + i, spare_slots=16)
-            for i in range(self.n_layers)
-        ]
+        base = make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16)
+        self.meta = base
+        self.layers = [base]
+        used = base.kv_indices.long()
+        for i in range(1, self.n_layers):
+            x = make_inputs([0] * b, [d] * b, h, device="cuda", seed=seed * 1000 + i, spare_slots=0)
+            kb = torch.full_like(base.k_buffer, float("nan"))  # unused pool rows stay NaN
+            kb[used] = torch.randn(used.numel(), 1, 576, device="cuda").to(torch.bfloat16)
+            x.k_buffer, x.v_buffer = kb, kb[..., :512]
+            self.layers.append(x)
         t = b * d
         self.outs = [torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers]
         self.ws = api.VerifyWorkspace(max_batch=b, max_tokens=t, num_heads=h, device="cuda")
-        self.kv_bytes = self.layers[0].kv_bytes()
+        self.kv_bytes = base.kv_bytes()
         self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
 
     def ours(self, i):
-        x = self.layers[i]
+        x, m = self.layers[i], self.meta
         api.extend_attention_fwd(
-            x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, x.qo_indptr,
-            x.kv_indptr, x.kv_indices, x.custom_mask, True, x.mask_indptr, self.d, x.sm_scale,
+            x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, m.qo_indptr,
+            m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr, self.d, m.sm_scale,
             workspace=self.ws)
 
     def triton(self, fn, i):
-        x = self.layers[i]
-        fn(x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, x.qo_indptr,
-           x.kv_indptr, x.kv_indices, x.custom_mask, True, x.mask_indptr, self.d, x.sm_scale)
+        x, m = self.layers[i], self.meta
+        fn(x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, m.qo_indptr,
+           m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr, self.d, m.sm_scale)
 
 
 def time_modes(call, n_layers, reps):
@@ -205,6 +216,16 @@ def main():
         row = {"B": b, "H": h, "D": d, "prefix": prefix, "layers": case.n_layers,
                "kv_bytes": case.kv_bytes, "floor_us": floor_us, "flops": case.flops}
         row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
+        if b * prefix <= 200_000:
+            from kdtree_mla.ref import verify_attention_ref
+
+            x, m = case.layers[-1], case.meta
+            case.ours(case.n_layers - 1)
+            ref, _ = verify_attention_ref(x.q, x.k_extend, x.v_extend, x.k_buffer, x.v_buffer,
+                                          m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
+                                          m.mask_indptr, m.sm_scale)
+            out = case.outs[-1].double()
+            row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
         # Stage breakdown in a graph: main kernel alone, combine alone (diagnostic launch_parts).
         for parts, key in ((1, "main_only_graph_us"), (2, "combine_only_graph_us")):
             case.ws.launch_parts = parts
