@@ -31,7 +31,7 @@ from kdtree_mla.inputs import make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
 
 DEFAULT_CASES = [
-    # B, H, D, prefix
+    # B, H, D, prefix[, "sorted": pool rows in order instead of a random permutation]
     (1, 8, 4, 0),
     (1, 8, 4, 1024),
     (1, 8, 4, 5700),
@@ -41,6 +41,8 @@ DEFAULT_CASES = [
     (1, 64, 4, 23000),
     (1, 64, 4, 91000),
     (32, 8, 4, 5700),
+    (1, 8, 4, 5700, "sorted"),
+    (1, 8, 4, 91000, "sorted"),
 ]
 
 
@@ -125,11 +127,13 @@ class Case:
     metadata (qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr) shared by all layers,
     as SGLang builds it once per forward step and passes it to all 61 layers."""
 
-    def __init__(self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0):
+    def __init__(self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0, sorted_pages=False):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
         per_layer = b * (prefix + d) * 1152
         self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
         base = make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16)
+        if sorted_pages:  # contiguous pool rows: the best case for the TLB and DRAM pages
+            base.kv_indices.copy_(torch.sort(base.kv_indices).values)
         self.meta = base
         self.layers = [base]
         used = base.kv_indices.long()
@@ -210,10 +214,11 @@ def main():
     res["triton"] = triton_note
     print(f"triton: {triton_note}", flush=True)
 
-    for ci, (b, h, d, prefix) in enumerate(DEFAULT_CASES):
-        case = Case(b, h, d, prefix, seed=ci + 1)
+    for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
+        case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         floor_us = case.kv_bytes / bw * 1e6
-        row = {"B": b, "H": h, "D": d, "prefix": prefix, "layers": case.n_layers,
+        row = {"B": b, "H": h, "D": d, "prefix": prefix, "pages": "sorted" if flags else "random",
+               "layers": case.n_layers,
                "kv_bytes": case.kv_bytes, "floor_us": floor_us, "flops": case.flops}
         row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
         if b * prefix <= 200_000:
@@ -269,7 +274,7 @@ def main():
     print("\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
           "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |")
     for r in res["cases"]:
-        print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | {r['floor_us']:.1f} | "
+        print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
               f"{r['ours_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | {r['combine_only_graph_us']:.1f} | "
               f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
               f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "

@@ -616,21 +616,35 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
     // then the 8 warp results are merged through shared memory.
     float m = -CUDART_INF_F, l = 0.f;
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int k = warp; k < nparts; k += kW) {
-      const int slot = slot_of(k);
-      const float v = p.part_lse[slot * T::kBlockM + r];
-      const float4 x = *reinterpret_cast<const float4*>(
-          p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 4);
-      const float m_new = fmaxf(m, v);
-      if (m_new != -CUDART_INF_F) {
-        const float so = exp2f(m - m_new), sn = exp2f(v - m_new);
-        a.x = a.x * so + sn * x.x;
-        a.y = a.y * so + sn * x.y;
-        a.z = a.z * so + sn * x.z;
-        a.w = a.w * so + sn * x.w;
-        l = l * so + sn;
-        m = m_new;
+    // Batches of kBatch parts per warp: all their loads are issued before any is used.
+    constexpr int kBatch = 8;
+    for (int k0 = warp; k0 < nparts; k0 += kW * kBatch) {
+      float v[kBatch];
+      float4 x[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int k = k0 + u * kW;
+        v[u] = -CUDART_INF_F;
+        x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (k < nparts) {
+          const int slot = slot_of(k);
+          v[u] = p.part_lse[slot * T::kBlockM + r];
+          x[u] = *reinterpret_cast<const float4*>(
+              p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col0 + lane * 4);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float m_new = fmaxf(m, v[u]);
+        if (m_new != -CUDART_INF_F) {
+          const float so = exp2f(m - m_new), sn = exp2f(v[u] - m_new);
+          a.x = a.x * so + sn * x[u].x;
+          a.y = a.y * so + sn * x[u].y;
+          a.z = a.z * so + sn * x[u].z;
+          a.w = a.w * so + sn * x[u].w;
+          l = l * so + sn;
+          m = m_new;
+        }
       }
     }
     *reinterpret_cast<float4*>(&red[warp][lane * 4]) = a;
