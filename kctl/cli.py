@@ -152,12 +152,13 @@ def rollback(
 
 @app.command()
 def status() -> None:
-    """What serves now (checked against reality), its health, and the last gate table."""
+    """What serves now (checked against reality), its health, and the last gate table.
+    Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down)."""
     from kctl.controller.status import status as run
     from kctl.render import status_text
 
     report = run(_context()).to_dict()
-    code = 4 if report.get("degraded") else 0
+    code = 4 if report["needs_attention"] else 0
     _emit("status", report, status_text(report), exit_code=code)
 
 

@@ -29,8 +29,13 @@ class StatusReport:
     unmanaged: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def needs_attention(self) -> bool:
+        """True when a human (or `kctl rollback`) must act: exit code 4 for scripts."""
+        return bool(self.degraded or self.interrupted or self.health == "down")
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "needs_attention": self.needs_attention}
 
 
 def _dep_summary(dep: Any) -> dict[str, Any]:
@@ -123,7 +128,8 @@ def status(ctx: Context) -> StatusReport:
             if table and ctx.simulate:
                 table = "SIMULATED (rates and timings at real-time scale)\n" + table
             report.last_gate_table = table
-        latest = store.list_deployments(limit=1)
+        # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
+        latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
         if latest and latest[0].status in ("degraded", "aborted"):
             report.degraded = (
                 f"DEGRADED: {latest[0].id} ended {latest[0].status}: {latest[0].reason}. "

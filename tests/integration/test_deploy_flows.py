@@ -221,3 +221,35 @@ def test_invalid_profile_exits_2_before_touching_anything(kctl: Kctl) -> None:
     assert r.code == 2
     assert "gate.contexts[1]" in r.err
     assert not (kctl.state / "simulate" / "kctl.db").exists()
+
+
+def test_second_interrupt_aborts_the_revert_and_leaves_degraded(kctl: Kctl) -> None:
+    prof = candidate_profile(kctl.port)
+    prof["gate"]["output_tokens"] = 400
+    prof["simulator"]["speedup"] = 10  # a 10 s simulated load: time to interrupt the revert
+    cand = kctl.write("cand.yaml", prof)
+    proc = kctl.spawn("deploy", cand)
+    try:
+        kctl.wait_for_status("gating", timeout=90)
+        proc.send_signal(signal.SIGINT)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "(revert)" in line and "starting" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 4, "".join(seen) + err
+    assert "revert aborted by a second SIGINT" in err
+    st = kctl.run("status")
+    assert st.code == 4
+    assert "DEGRADED" in st.out and "kctl rollback" in st.out
+    r = kctl.run("rollback")
+    assert r.code == 0, r.out + r.err
+    assert serving_health(kctl) == ("base", "healthy")
+    assert kctl.run("status").code == 0
