@@ -107,9 +107,10 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   KD_CHECK_VALUE(H == 8 || H == 16 || H == 32 || H == 64 || H == 128,
                     "q: H must be one of 8, 16, 32, 64, 128 (got ", H, ")");
   KD_CHECK_VALUE(T >= 1, "q: needs at least one token (got T=0)");
-  KD_CHECK_VALUE(q.stride(0) % 2 == 0 && q.stride(1) % 2 == 0 &&
-                        reinterpret_cast<uintptr_t>(q.data_ptr()) % 4 == 0,
-                    "q: rows must be 4-byte aligned (even strides)");
+  KD_CHECK_VALUE(q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
+                        reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0,
+                    "q: rows must be 16-byte aligned (strides multiple of 8; got ", q.stride(0), ", ",
+                    q.stride(1), ")");
   KD_TRY(check_bf16_rows(k_extend, "k_extend", dev, 1, Tr::kHeadDim, T));
   KD_TRY(check_bf16_rows(v_extend, "v_extend", dev, 1, Tr::kHeadDimV, T));
   KD_TRY(check_bf16_rows(o, "o_extend", dev, H, Tr::kHeadDimV, T));

@@ -75,8 +75,9 @@ struct KernelVariant {
   int stages;
   int n;
 };
-constexpr KernelVariant kVariants[] = {{0, 0}, {2, 32}, {4, 32}, {5, 32}, {2, 64}};
-constexpr int kNumVariants = 5;
+// (A 2-stage 64-token tile variant measured 4-8% slower on the H200 and is not compiled.)
+constexpr KernelVariant kVariants[] = {{0, 0}, {2, 32}, {4, 32}, {5, 32}};
+constexpr int kNumVariants = 4;
 constexpr int kVariantSmall = 1;
 constexpr int kVariantLarge = 3;
 constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].n); }

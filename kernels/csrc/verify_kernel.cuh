@@ -318,32 +318,27 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         cp_async16(dst + j * 16 * K::kLoadTpt, s + (src != nullptr ? j * 8 * K::kLoadTpt : 0), n);
     };
 
-    // Indices of the first kStages blocks (one exposed latency per piece); Q is loaded meanwhile.
+    // First cp.async group: the Q tile (32 rows x 576, coalesced 16 B copies) into the last
+    // stage buffer, which no KV block uses before iteration 0, and the pool indices of the
+    // first kStages blocks. One exposed latency per piece.
+    const uint32_t q_base = kv_base + (kStages - 1) * K::kStageBytes;
+    {
+      const int qr = tid >> 3, qc = tid & 7;
+      const int r = row0 + qr;
+      const __nv_bfloat16* src = nullptr;
+      if (r < req.rows) {
+        const int64_t tok = req.qo_begin + r / p.num_heads;
+        src = qg + tok * p.q_stride_t + (r % p.num_heads) * p.q_stride_h + qc * 8;
+      }
+      const uint32_t dst = q_base + qr * T::kKvRowBytes + qc * 16;
+#pragma unroll
+      for (int j = 0; j < T::kHeadDim / 64; ++j)
+        cp_async16(dst + j * 128, src != nullptr ? src + j * 64 : kbuf, src != nullptr ? 16 : 0);
+    }
 #pragma unroll
     for (int blk = 0; blk < kStages; ++blk) issue_idx(blk);
     cp_async_commit();
 
-    // Q fragments of this warp's k-group, straight from global memory.
-    uint32_t qf[2][T::kKSteps][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = row0 + mi * 16 + g + half * 8;
-        const uint32_t* src = nullptr;
-        if (r < req.rows) {
-          const int64_t tok = req.qo_begin + r / p.num_heads;
-          const int h = r % p.num_heads;
-          src = reinterpret_cast<const uint32_t*>(qg + tok * p.q_stride_t + h * p.q_stride_h +
-                                                  kg * (T::kKSteps * 16) + t4 * 2);
-        }
-#pragma unroll
-        for (int ks = 0; ks < T::kKSteps; ++ks) {
-          qf[mi][ks][half] = src != nullptr ? __ldg(src + ks * 8) : 0u;
-          qf[mi][ks][half + 2] = src != nullptr ? __ldg(src + ks * 8 + 4) : 0u;
-        }
-      }
-    }
     // Mask bytes this tile's softmax will need, loaded once per piece (not per element).
     const int tok0 = row0 / p.num_heads;
     if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
@@ -353,6 +348,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     }
     cp_async_wait<0>();
     __syncthreads();
+
+    // Q fragments of this warp's k-group (mma A operands), kept in registers for the piece.
+    uint32_t qf[2][T::kKSteps][4];
+    {
+      const int mat = lane >> 3, r8 = lane & 7;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ++ks)
+          ldmatrix_x4(qf[mi][ks], q_base + (mi * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes +
+                                      (kg * T::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
+    }
 
     // Prologue: KV of the first kStages-1 blocks. The index of block m always travels in the
     // cp.async group of KV block m - kStages, which is complete before block m is issued.
@@ -535,31 +542,47 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       }
     }
     __syncthreads();
+    // Stage the normalised O tile (fp32) in the now idle KV stage buffers, then copy it out
+    // with coalesced 16-byte stores: to the fp32 partial slot, or as bf16 rows of o.
+    constexpr int kORow = T::kHeadDimV + 8;  // floats per staged row (pad against bank conflicts)
+    static_assert(T::kBlockM * kORow * 4 <= 2 * KvTile<32>::kStageBytes, "O tile fits the stages");
+    float* o_s = reinterpret_cast<float*>(kv_s);
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mi * 16 + g + half * 8;
         const float inv = inv_s[r];
-        if (full) {
-          if (row0 + r < req.rows) {
-            const int qr = row0 + r;
-            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) +
-                                 (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
-                                 (qr % p.num_heads) * p.o_stride_h + warp * T::kColsPerWarp + t4 * 2;
 #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-              *reinterpret_cast<uint32_t*>(dst + ni * 8) =
-                  pack_bf16x2(acc[mi][ni][half * 2] * inv, acc[mi][ni][half * 2 + 1] * inv);
-          }
-        } else {
-          float* dst = p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV +
-                       warp * T::kColsPerWarp + t4 * 2;
-#pragma unroll
-          for (int ni = 0; ni < 8; ++ni)
-            *reinterpret_cast<float2*>(dst + ni * 8) =
-                make_float2(acc[mi][ni][half * 2] * inv, acc[mi][ni][half * 2 + 1] * inv);
+        for (int ni = 0; ni < 8; ++ni)
+          *reinterpret_cast<float2*>(&o_s[r * kORow + warp * T::kColsPerWarp + ni * 8 + t4 * 2]) =
+              make_float2(acc[mi][ni][half * 2] * inv, acc[mi][ni][half * 2 + 1] * inv);
+      }
+    __syncthreads();
+    if (full) {
+      constexpr int kChunks = T::kHeadDimV / 8;  // 8 outputs (16 B of bf16) per chunk
+#pragma unroll 4
+      for (int idx = tid; idx < T::kBlockM * kChunks; idx += T::kThreads) {
+        const int r = idx / kChunks, c = idx % kChunks;
+        const int qr = row0 + r;
+        if (qr < req.rows) {
+          const float4 x0 = *reinterpret_cast<const float4*>(&o_s[r * kORow + c * 8]);
+          const float4 x1 = *reinterpret_cast<const float4*>(&o_s[r * kORow + c * 8 + 4]);
+          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) +
+                               (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
+                               (qr % p.num_heads) * p.o_stride_h + c * 8;
+          *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(x0.x, x0.y), pack_bf16x2(x0.z, x0.w),
+                                                      pack_bf16x2(x1.x, x1.y), pack_bf16x2(x1.z, x1.w));
         }
+      }
+    } else {
+      constexpr int kChunks = T::kHeadDimV / 4;
+      float* dst = p.part_o + int64_t(slot) * T::kBlockM * T::kHeadDimV;
+#pragma unroll 4
+      for (int idx = tid; idx < T::kBlockM * kChunks; idx += T::kThreads) {
+        const int r = idx / kChunks, c = idx % kChunks;
+        *reinterpret_cast<float4*>(dst + r * T::kHeadDimV + c * 4) =
+            *reinterpret_cast<const float4*>(&o_s[r * kORow + c * 4]);
       }
     }
 

@@ -67,7 +67,6 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 1: e = launch_main<2, 32>(p, cache.attr_set[1], stream); break;
       case 2: e = launch_main<4, 32>(p, cache.attr_set[2], stream); break;
       case 3: e = launch_main<5, 32>(p, cache.attr_set[3], stream); break;
-      case 4: e = launch_main<2, 64>(p, cache.attr_set[4], stream); break;
       default: return cudaErrorInvalidValue;
     }
   }
