@@ -8,6 +8,7 @@ Plans are data: a :class:`LaunchSpec` is built by a pure function from a profile
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -85,3 +86,10 @@ class Runtime(Protocol):
 
     def port_holder(self, port: int) -> str | None:
         """Describe whatever listens on 127.0.0.1:port, None when the port is free."""
+
+
+def port_listening(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on host:port (for port preflight)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        return sock.connect_ex((host, port)) == 0

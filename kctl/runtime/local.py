@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from kctl.errors import RuntimeUnavailable
-from kctl.runtime.base import Instance, InstanceState, LaunchSpec
+from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 
 _PROC = Path("/proc")
 
@@ -176,10 +175,8 @@ class LocalRuntime:
         return found
 
     def port_holder(self, port: int) -> str | None:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.5)
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return None
+        if not port_listening(port):
+            return None
         for inst in self.running():
             if inst.port == port:
                 return f"kctl deployment {inst.deployment_id}"

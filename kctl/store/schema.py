@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping
+from typing import get_args
 
 from kctl.errors import StoreError
+from kctl.store.records import DeploymentKind, DeploymentStatus, StepState
 
 #: bump together with a new entry in MIGRATIONS
 SCHEMA_VERSION = 1
@@ -19,20 +21,10 @@ SCHEMA_VERSION = 1
 #: "kctl" in ASCII; lets us tell our files from any other SQLite database
 APPLICATION_ID = 0x6B63746C
 
-DEPLOYMENT_KINDS = ("deploy", "rollback", "bench", "baseline")
-DEPLOYMENT_STATUSES = (
-    "planned",
-    "starting",
-    "gating",
-    "promoted",
-    "rejected",
-    "reverted",
-    "degraded",
-    "aborted",
-    "failed",
-    "interrupted",
-)
-STEP_STATES = ("intent", "done", "failed")
+# the value lists come from the record types, so the SQL CHECKs and the types cannot drift
+DEPLOYMENT_KINDS: tuple[str, ...] = get_args(DeploymentKind)
+DEPLOYMENT_STATUSES: tuple[str, ...] = get_args(DeploymentStatus)
+STEP_STATES: tuple[str, ...] = get_args(StepState)
 
 
 def _sql_in(values: tuple[str, ...]) -> str:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import socket
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kctl.errors import KctlError, PreflightFailed
 from kctl.profile.model import Profile, RuntimeSpec
-from kctl.runtime.base import Instance, InstanceState, LaunchSpec
+from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.docker.engine import connect, engine_errors
 from kctl.runtime.docker.spec import (
     LABEL_DEPLOYMENT,
@@ -170,10 +169,8 @@ class DockerRuntime:
 
     def port_holder(self, port: int) -> str | None:
         """Who listens on 127.0.0.1:``port``: a kctl container, another process, or None."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.5)
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return None
+        if not port_listening(port):
+            return None
         for inst in self.running():
             if inst.port == port:
                 name = inst.extra.get("name", inst.ref[:12])
