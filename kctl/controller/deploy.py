@@ -165,7 +165,7 @@ class _Deploy:
             try:
                 result = self._body()
             except BaseException as exc:  # noqa: BLE001 - every failure path must revert
-                if isinstance(exc, (SystemExit,)) and not isinstance(exc, Interrupted):
+                if isinstance(exc, SystemExit):
                     raise
                 return self._fail(exc, guard)
         return result
@@ -232,17 +232,18 @@ class _Deploy:
             self.warnings.append(
                 "verdict INCONCLUSIVE; promoted because policy.on_inconclusive=promote"
             )
-        self.store.set_serving(self.dep_id)
         timings = self.timer.total()
-        self.store.update_deployment(
-            self.dep_id,
-            status="promoted",
-            verdict=verdict,
-            reason=reason,
-            exit_code=0,
-            timings=timings,
-        )
-        self.store.end_transaction(self.dep_id, "promoted")
+        with self.store.transaction():  # promote is one atomic change of the store
+            self.store.set_serving(self.dep_id)
+            self.store.update_deployment(
+                self.dep_id,
+                status="promoted",
+                verdict=verdict,
+                reason=reason,
+                exit_code=0,
+                timings=timings,
+            )
+            self.store.end_transaction(self.dep_id, "promoted")
         self.ctx.reporter.event(f"promoted {self.dep_id}")
         prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain)
         return DeployResult(
