@@ -16,6 +16,13 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E40
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
 
+# Record the target architectures next to the extension (kdtree_mla.api.compiled_archs()).
+with open(os.path.join(HERE, "kdtree_mla", "_build_info.py"), "w") as _f:
+    _f.write(
+        '"""Written by setup.py at build time."""\n\n'
+        f"TORCH_CUDA_ARCH_LIST = {os.environ['TORCH_CUDA_ARCH_LIST']!r}\n"
+    )
+
 
 class build_py_with_startup_hook(build_py):  # noqa: N801
     """SGLang startup hook: ship kdtree_mla_startup.pth at the wheel's root (site-packages/).

@@ -52,6 +52,9 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
+    "compiled_archs",
+    "device_supported",
+    "load",
     "HEAD_DIM_QK",
     "HEAD_DIM_V",
     "MAX_DRAFT",
@@ -82,6 +85,59 @@ def _load_ext():  # pragma: no cover - needs the compiled extension
 
         _EXT = _C
     return _EXT
+
+
+def load():
+    """Imports the compiled extension and returns it; raises ImportError with the reason when it
+    is not built or does not load (e.g. built against another torch)."""
+    try:
+        return _load_ext()
+    except ImportError as exc:
+        raise ImportError(
+            f"kdtree_mla._C is not available ({exc}); build it with "
+            "`TORCH_CUDA_ARCH_LIST=... pip install --no-build-isolation ./kernels`"
+        ) from exc
+
+
+def _parse_arch_list(arch_list: str) -> list[str]:
+    archs = []
+    for item in arch_list.replace(",", ";").replace(" ", ";").split(";"):
+        item = item.strip().removesuffix("+PTX")
+        if not item:
+            continue
+        major, _, minor = item.partition(".")
+        archs.append(f"sm_{major}{minor.rstrip('af') or '0'}")
+    return archs
+
+
+def compiled_archs() -> list[str]:
+    """Architectures the installed extension was built for, e.g. ["sm_90", "sm_120"] (from
+    TORCH_CUDA_ARCH_LIST at build time); [] when no build information is present."""
+    try:
+        from kdtree_mla._build_info import TORCH_CUDA_ARCH_LIST  # noqa: PLC0415
+    except ImportError:
+        return []
+    return _parse_arch_list(TORCH_CUDA_ARCH_LIST)
+
+
+def device_supported(device: torch.device | str | int | None = None) -> tuple[bool, str]:
+    """(True, "") when the kernel can run on `device`, else (False, reason). Never raises."""
+    try:
+        ext = load()
+    except ImportError as exc:
+        return False, str(exc)
+    if not torch.cuda.is_available():
+        return False, "no CUDA device visible"
+    dev = torch.device("cuda" if device is None else device)
+    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(idx)
+    arch = f"sm_{major}{minor}"
+    built = compiled_archs()
+    if built and arch not in built:
+        return False, f"extension built for {', '.join(built)}, device is {arch}"
+    if ext.variant_for_device(idx) == 0:
+        return False, f"{arch}: no kernel variant fits the device's shared memory"
+    return True, ""
 
 
 def _raise(err: str) -> None:

@@ -41,3 +41,17 @@ def test_block_m_matches_traits_header():
 
     traits = (pathlib.Path(api.__file__).parents[1] / "csrc" / "traits.h").read_text()
     assert int(re.search(r"kBlockM = (\d+);", traits).group(1)) == api.BLOCK_M
+
+
+@pytest.mark.parametrize(
+    "arch_list,expect",
+    [("9.0;12.0", ["sm_90", "sm_120"]), ("9.0+PTX", ["sm_90"]), ("12.0a 9.0", ["sm_120", "sm_90"]),
+     ("8.6,9.0", ["sm_86", "sm_90"])],
+)
+def test_arch_list_parsing(arch_list, expect):
+    assert api._parse_arch_list(arch_list) == expect
+
+
+def test_device_supported_never_raises_without_a_gpu():
+    ok, reason = api.device_supported()
+    assert not ok and reason
