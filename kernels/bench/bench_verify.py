@@ -242,7 +242,7 @@ def main():
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                key = "stages%d_n%d" % tuple(_c.VARIANTS[v][:2])
+                key = "stages%d_n%d%s" % (*_c.VARIANTS[v][:2], "_pipe" if _c.VARIANTS[v][3] else "")
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:

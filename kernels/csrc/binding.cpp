@@ -241,6 +241,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::kVariants[v].n,
-                                         kdtree_mla::variant_smem_bytes(v)));
-  m.attr("VARIANTS") = variants;  // (stages, KV tile tokens, dynamic smem bytes)
+                                         kdtree_mla::variant_smem_bytes(v), kdtree_mla::kVariants[v].pipe));
+  m.attr("VARIANTS") = variants;  // (stages, KV tile tokens, dynamic smem bytes, pipelined)
 }

@@ -57,12 +57,12 @@ struct KvTile {
   static_assert(kRedBytes / 4 > VerifyTraits::kMaxBatch, "scan fits the red buffer");
 };
 
-// Dynamic shared memory for a given pipeline depth and tile.
-constexpr size_t verify_smem_bytes(int stages, int n = 32) {
-  return n == 64 ? size_t(stages) * KvTile<64>::kStageBytes + KvTile<64>::kRedBytes + KvTile<64>::kPBytes +
-                       VerifyTraits::kRowStatBytes + KvTile<64>::kIdxBytes
-                 : size_t(stages) * KvTile<32>::kStageBytes + KvTile<32>::kRedBytes + KvTile<32>::kPBytes +
-                       VerifyTraits::kRowStatBytes + KvTile<32>::kIdxBytes;
+// Dynamic shared memory for a given pipeline depth and tile; `pipe` doubles the S partials.
+constexpr size_t verify_smem_bytes(int stages, int n = 32, bool pipe = false) {
+  return n == 64 ? size_t(stages) * KvTile<64>::kStageBytes + (pipe ? 2 : 1) * KvTile<64>::kRedBytes +
+                       KvTile<64>::kPBytes + VerifyTraits::kRowStatBytes + KvTile<64>::kIdxBytes
+                 : size_t(stages) * KvTile<32>::kStageBytes + (pipe ? 2 : 1) * KvTile<32>::kRedBytes +
+                       KvTile<32>::kPBytes + VerifyTraits::kRowStatBytes + KvTile<32>::kIdxBytes;
 }
 
 // sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block.
@@ -74,13 +74,17 @@ constexpr size_t kSm120SmemLimit = 101376;
 struct KernelVariant {
   int stages;
   int n;
+  bool pipe;  // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
 };
 // (A 2-stage 64-token tile variant measured 4-8% slower on the H200 and is not compiled.)
-constexpr KernelVariant kVariants[] = {{0, 0}, {2, 32}, {4, 32}, {5, 32}};
-constexpr int kNumVariants = 4;
+constexpr KernelVariant kVariants[] = {{0, 0, false}, {2, 32, false}, {4, 32, false}, {5, 32, false},
+                                       {4, 32, true}};
+constexpr int kNumVariants = 5;
 constexpr int kVariantSmall = 1;
-constexpr int kVariantLarge = 3;
-constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].n); }
+constexpr int kVariantLarge = 4;
+constexpr size_t variant_smem_bytes(int v) {
+  return verify_smem_bytes(kVariants[v].stages, kVariants[v].n, kVariants[v].pipe);
+}
 constexpr int variant_for_optin(size_t optin) {
   return optin >= variant_smem_bytes(kVariantLarge)   ? kVariantLarge
          : optin >= variant_smem_bytes(kVariantSmall) ? kVariantSmall

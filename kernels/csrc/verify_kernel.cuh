@@ -190,10 +190,11 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   return s;
 }
 
-template <int kStages, int kN>
+template <int kStages, int kN, bool kPipe>
 __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
+  static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-  if constexpr (kN != 32) {  // sm_90-only variant: its smem exceeds sm_120's limit, never launched there
+  if constexpr (kN != 32 || kPipe) {  // sm_90-only variants: smem beyond sm_120's limit, never launched there
     __trap();
     return;
   } else
@@ -202,11 +203,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   using K = KvTile<kN>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* kv_s = smem;
+  constexpr int kReds = kPipe ? 2 : 1;
   float* red_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes);
-  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + kStages * K::kStageBytes + K::kRedBytes);
-  float* alpha_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes + K::kRedBytes + K::kPBytes);
+  float* red2_s = red_s + (kPipe ? K::kRedBytes / 4 : 0);  // second partial buffer (kPipe)
+  __nv_bfloat16* p_s =
+      reinterpret_cast<__nv_bfloat16*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes);
+  float* alpha_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;  // 1 / l per row, written in the epilogue
-  uint8_t* idx_s = smem + kStages * K::kStageBytes + K::kRedBytes + K::kPBytes + T::kRowStatBytes;
+  uint8_t* idx_s = smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes + T::kRowStatBytes;
   __shared__ int warp_sums[T::kWarps];
   __shared__ int start_info[2];
   // Draft-to-draft mask bytes of the (at most 4) draft tokens of this M-tile: [token][16].
@@ -385,17 +389,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     const int q_tok = row_ok ? q_row / p.num_heads : 0;  // draft index i of this row
     float m_run = -CUDART_INF_F, l_run = 0.f;
 
-    for (int i = 0; i < nb; ++i) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      {
-        const int nxt = i + kStages - 1;
-        if (nxt < nb) issue_block(nxt % kStages, token_src(nxt));
-        issue_idx(nxt + kStages);
-        cp_async_commit();
-      }
-      const uint32_t stage = kv_base + (i % kStages) * K::kStageBytes;
-
+    auto stage_of = [&](int blk) { return kv_base + (blk % kStages) * K::kStageBytes; };
+    // S partial of block blk = Q[:, k-group] K[n-group tokens, k-group]^T, into red_buf.
+    auto compute_s = [&](int blk, float* red_buf) {
       // ---- S partial = Q[:, kgroup] K[ngroup tokens, kgroup]^T ----
       float s[2][K::kNT8][4];
 #pragma unroll
@@ -406,7 +402,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
           for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
       {
         const int mat = lane >> 3, r8 = lane & 7;
-        const uint32_t kaddr = stage + (ng * (kN / 2) + (mat >> 1) * 8 + r8) * T::kKvRowBytes +
+        const uint32_t kaddr = stage_of(blk) + (ng * (kN / 2) + (mat >> 1) * 8 + r8) * T::kKvRowBytes +
                                (kg * T::kKSteps * 16 + (mat & 1) * 8) * 2;
 #pragma unroll
         for (int ks = 0; ks < T::kKSteps; ++ks) {
@@ -430,26 +426,27 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
           for (int half = 0; half < 2; ++half) {
             const int r = mi * 16 + g + half * 8;
             const int c = ng * (kN / 2) + ni * 8 + t4 * 2;
-            *reinterpret_cast<float2*>(&red_s[(kg * T::kBlockM + r) * K::kRedRowFloats + c]) =
+            *reinterpret_cast<float2*>(&red_buf[(kg * T::kBlockM + r) * K::kRedRowFloats + c]) =
                 make_float2(s[mi][ni][half * 2], s[mi][ni][half * 2 + 1]);
           }
-      __syncthreads();
-
+    };
+    // Online softmax of block blk from the k-group partials in red_buf: P and alpha to smem.
+    auto softmax = [&](int blk, const float* red_buf) {
       // ---- online softmax over this block ----
       {
         float v[K::kSmCols];
 #pragma unroll
         for (int c4 = 0; c4 < K::kSmCols; c4 += 4) {
-          float4 x = *reinterpret_cast<const float4*>(&red_s[sm_row * K::kRedRowFloats + sm_col + c4]);
+          float4 x = *reinterpret_cast<const float4*>(&red_buf[sm_row * K::kRedRowFloats + sm_col + c4]);
 #pragma unroll
           for (int k = 1; k < T::kKGroups; ++k) {
             const float4 y = *reinterpret_cast<const float4*>(
-                &red_s[(k * T::kBlockM + sm_row) * K::kRedRowFloats + sm_col + c4]);
+                &red_buf[(k * T::kBlockM + sm_row) * K::kRedRowFloats + sm_col + c4]);
             x.x += y.x; x.y += y.y; x.z += y.z; x.w += y.w;
           }
           v[c4] = x.x; v[c4 + 1] = x.y; v[c4 + 2] = x.z; v[c4 + 3] = x.w;
         }
-        const int kbase = tok_lo + i * K::kBlockN + sm_col;
+        const int kbase = tok_lo + blk * K::kBlockN + sm_col;
         float bmax = -CUDART_INF_F;
 #pragma unroll
         for (int j = 0; j < K::kSmCols; ++j) {
@@ -490,8 +487,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
               make_uint2(pack_bf16x2(v[j], v[j + 1]), pack_bf16x2(v[j + 2], v[j + 3]));
         if ((tid & 7) == 0) alpha_s[sm_row] = alpha;
       }
-      __syncthreads();
-
+    };
+    // O = O * alpha + P V of block blk (this warp's 64 columns).
+    auto pv = [&](int blk) {
       // ---- O = O * alpha + P V (this warp's 64 columns) ----
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
@@ -511,7 +509,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
           for (int mi = 0; mi < 2; ++mi)
             ldmatrix_x4(pa[mi], smem_u32(&p_s[(mi * 16 + (mat & 1) * 8 + r8) * K::kPRowElems +
                                                kk * 16 + (mat >> 1) * 8]));
-          const uint32_t vrow = stage + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
+          const uint32_t vrow = stage_of(blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
 #pragma unroll
           for (int nj = 0; nj < 4; ++nj) {
             uint32_t vb[4];
@@ -523,6 +521,40 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
             }
           }
         }
+      }
+    };
+    auto issue_next = [&](int i) {
+      const int nxt = i + kStages - 1;
+      if (nxt < nb) issue_block(nxt % kStages, token_src(nxt));
+      issue_idx(nxt + kStages);
+      cp_async_commit();
+    };
+
+    if constexpr (!kPipe) {
+      for (int i = 0; i < nb; ++i) {
+        cp_async_wait<kStages - 2>();  // block i landed
+        __syncthreads();
+        issue_next(i);
+        compute_s(i, red_s);
+        __syncthreads();
+        softmax(i, red_s);
+        __syncthreads();
+        pv(i);
+      }
+    } else {
+      // S of block i+1 overlaps the softmax of block i (double-buffered partials): one barrier
+      // fewer per block and tensor work in flight during the softmax.
+      cp_async_wait<kStages - 2>();  // block 0 landed
+      __syncthreads();
+      compute_s(0, red_s);
+      for (int i = 0; i < nb; ++i) {
+        cp_async_wait<kStages - 3>();  // block i+1 landed
+        __syncthreads();
+        issue_next(i);
+        if (i + 1 < nb) compute_s(i + 1, (i + 1) & 1 ? red2_s : red_s);
+        softmax(i, i & 1 ? red2_s : red_s);
+        __syncthreads();
+        pv(i);
       }
     }
 

@@ -17,10 +17,10 @@ struct DeviceCache {
 };
 DeviceCache g_cache[kMaxDevices];
 
-template <int kStages, int kN>
+template <int kStages, int kN, bool kPipe>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
-  constexpr size_t smem = verify_smem_bytes(kStages, kN);
-  auto kernel = detail::verify_main_kernel<kStages, kN>;
+  constexpr size_t smem = verify_smem_bytes(kStages, kN, kPipe);
+  auto kernel = detail::verify_main_kernel<kStages, kN, kPipe>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -64,9 +64,10 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, 32>(p, cache.attr_set[1], stream); break;
-      case 2: e = launch_main<4, 32>(p, cache.attr_set[2], stream); break;
-      case 3: e = launch_main<5, 32>(p, cache.attr_set[3], stream); break;
+      case 1: e = launch_main<2, 32, false>(p, cache.attr_set[1], stream); break;
+      case 2: e = launch_main<4, 32, false>(p, cache.attr_set[2], stream); break;
+      case 3: e = launch_main<5, 32, false>(p, cache.attr_set[3], stream); break;
+      case 4: e = launch_main<4, 32, true>(p, cache.attr_set[4], stream); break;
       default: return cudaErrorInvalidValue;
     }
   }

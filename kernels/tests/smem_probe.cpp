@@ -7,7 +7,8 @@
 int main() {
   using namespace kdtree_mla;
   for (int v = 1; v < kNumVariants; ++v)
-    std::printf("variant%d %d %d %zu\n", v, kVariants[v].stages, kVariants[v].n, variant_smem_bytes(v));
+    std::printf("variant%d %d %d %d %zu\n", v, kVariants[v].stages, kVariants[v].n, int(kVariants[v].pipe),
+                variant_smem_bytes(v));
   std::printf("variant_sm120 %d\n", variant_for_optin(kSm120SmemLimit));
   std::printf("variant_sm90 %d\n", variant_for_optin(232448));
   std::printf("threads %d\n", VerifyTraits::kThreads);

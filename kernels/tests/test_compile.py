@@ -74,8 +74,8 @@ def launch_config() -> dict:
     for line in out.splitlines():
         key, *vals = line.split()
         if key.startswith("variant") and key[7:].isdigit():
-            stages, n, smem = (int(v) for v in vals)
-            cfg["variants"][int(key[7:])] = {"stages": stages, "n": n, "smem": smem}
+            stages, n, pipe, smem = (int(v) for v in vals)
+            cfg["variants"][int(key[7:])] = {"stages": stages, "n": n, "pipe": pipe, "smem": smem}
         else:
             cfg[key] = int(vals[0])
     return cfg
@@ -95,7 +95,7 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
     chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
     var = cfg["variants"][chosen]
-    picked = [f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}EE" in n]
+    picked = [f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}ELb{var['pipe']}EE" in n]
     assert len(picked) == 1, f"{arch}: no main kernel instantiated for variant {var}"
     f = picked[0]
     assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (

@@ -165,7 +165,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
     check(inp, workspace(inp, num_ctas=num_ctas, min_blocks=min_blocks))
 
 
-@pytest.mark.parametrize("variant", [1, 2, 3])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4])
 def test_every_kernel_variant(variant):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
