@@ -213,7 +213,7 @@ class VerifyWorkspace:
         # Lower bound on the 32-token KV blocks one CTA takes: fewer, longer CTA ranges cost
         # less partial-result traffic on short contexts. Plain host int: changing it between
         # eager calls is fine; a captured graph keeps the value it was captured with.
-        self.min_blocks_per_cta = 4
+        self.min_blocks_per_cta = 2
         # Diagnostic for benchmarks only: 1 = main kernel alone, 2 = combine alone, 3 = both.
         self.launch_parts = 3
         # Diagnostic for benchmarks only: kernel variant, an index into _C.VARIANTS
