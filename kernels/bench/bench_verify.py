@@ -68,7 +68,7 @@ def copy_bandwidth() -> float:
     for _ in range(3):
         dst.copy_(src)
     ms = statistics.median(events_ms(lambda: dst.copy_(src), 20))
-    del src, dst
+    src = dst = None  # free the 4 GiB before the cases
     torch.cuda.empty_cache()
     return 2 * n / (ms * 1e-3)  # bytes/s, read + write
 
@@ -118,7 +118,9 @@ def mma_throughput() -> tuple[float | None, str]:
             e.synchronize()
             best.append(cp.cuda.get_elapsed_time(s, e))
     flops = blocks * (threads // 32) * iters * 8 * (16 * 8 * 16 * 2)
-    return flops / (statistics.median(best) * 1e-3), "cupy/nvrtc mma.sync m16n8k16 bf16, 8 chains/warp"
+    return flops / (
+        statistics.median(best) * 1e-3
+    ), "cupy/nvrtc mma.sync m16n8k16 bf16, 8 chains/warp"
 
 
 class Case:
@@ -127,11 +129,15 @@ class Case:
     metadata (qo_indptr, kv_indptr, kv_indices, custom_mask, mask_indptr) shared by all layers,
     as SGLang builds it once per forward step and passes it to all 61 layers."""
 
-    def __init__(self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0, sorted_pages=False):
+    def __init__(
+        self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0, sorted_pages=False
+    ):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
         per_layer = b * (prefix + d) * 1152
         self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
-        base = make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16)
+        base = make_inputs(
+            [prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16
+        )
         if sorted_pages:  # contiguous pool rows: the best case for the TLB and DRAM pages
             base.kv_indices.copy_(torch.sort(base.kv_indices).values)
         self.meta = base
@@ -144,7 +150,9 @@ class Case:
             x.k_buffer, x.v_buffer = kb, kb[..., :512]
             self.layers.append(x)
         t = b * d
-        self.outs = [torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers]
+        self.outs = [
+            torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers
+        ]
         self.ws = api.VerifyWorkspace(max_batch=b, max_tokens=t, num_heads=h, device="cuda")
         self.kv_bytes = base.kv_bytes()
         self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
@@ -152,14 +160,41 @@ class Case:
     def ours(self, i):
         x, m = self.layers[i], self.meta
         api.extend_attention_fwd(
-            x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, m.qo_indptr,
-            m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr, self.d, m.sm_scale,
-            workspace=self.ws)
+            x.q,
+            x.k_extend,
+            x.v_extend,
+            self.outs[i],
+            x.k_buffer,
+            x.v_buffer,
+            m.qo_indptr,
+            m.kv_indptr,
+            m.kv_indices,
+            m.custom_mask,
+            True,
+            m.mask_indptr,
+            self.d,
+            m.sm_scale,
+            workspace=self.ws,
+        )
 
     def triton(self, fn, i):
         x, m = self.layers[i], self.meta
-        fn(x.q, x.k_extend, x.v_extend, self.outs[i], x.k_buffer, x.v_buffer, m.qo_indptr,
-           m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr, self.d, m.sm_scale)
+        fn(
+            x.q,
+            x.k_extend,
+            x.v_extend,
+            self.outs[i],
+            x.k_buffer,
+            x.v_buffer,
+            m.qo_indptr,
+            m.kv_indptr,
+            m.kv_indices,
+            m.custom_mask,
+            True,
+            m.mask_indptr,
+            self.d,
+            m.sm_scale,
+        )
 
 
 def time_modes(call, n_layers, reps):
@@ -199,17 +234,28 @@ def main():
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
-    res = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-           "cuda": torch.version.cuda, "variant": None, "cases": []}
+    res = {
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "variant": None,
+        "cases": [],
+    }
     from kdtree_mla import _C
 
     res["variant"] = _C.VARIANTS[_C.variant_for_device(torch.cuda.current_device())]
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
-    print(f"device {props.name} SMs {props.multi_processor_count} variant (stages, tile, smem) {res['variant']}")
-    print(f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
-          f"{(mma or 0) / 1e12:.1f} TFLOP/s ({mma_note})", flush=True)
+    print(
+        f"device {props.name} SMs {props.multi_processor_count} variant (stages, tile, smem) {res['variant']}"
+    )
+    print(
+        f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
+        f"{(mma or 0) / 1e12:.1f} TFLOP/s ({mma_note})",
+        flush=True,
+    )
     triton_fn, triton_note = load_extend_attention(args.wheels)
     res["triton"] = triton_note
     print(f"triton: {triton_note}", flush=True)
@@ -217,18 +263,36 @@ def main():
     for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         floor_us = case.kv_bytes / bw * 1e6
-        row = {"B": b, "H": h, "D": d, "prefix": prefix, "pages": "sorted" if flags else "random",
-               "layers": case.n_layers,
-               "kv_bytes": case.kv_bytes, "floor_us": floor_us, "flops": case.flops}
+        row = {
+            "B": b,
+            "H": h,
+            "D": d,
+            "prefix": prefix,
+            "pages": "sorted" if flags else "random",
+            "layers": case.n_layers,
+            "kv_bytes": case.kv_bytes,
+            "floor_us": floor_us,
+            "flops": case.flops,
+        }
         row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
         if b * prefix <= 200_000:
             from kdtree_mla.ref import verify_attention_ref
 
             x, m = case.layers[-1], case.meta
             case.ours(case.n_layers - 1)
-            ref, _ = verify_attention_ref(x.q, x.k_extend, x.v_extend, x.k_buffer, x.v_buffer,
-                                          m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask,
-                                          m.mask_indptr, m.sm_scale)
+            ref, _ = verify_attention_ref(
+                x.q,
+                x.k_extend,
+                x.v_extend,
+                x.k_buffer,
+                x.v_buffer,
+                m.qo_indptr,
+                m.kv_indptr,
+                m.kv_indices,
+                m.custom_mask,
+                m.mask_indptr,
+                m.sm_scale,
+            )
             out = case.outs[-1].double()
             row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
         # Stage breakdown in a graph: main kernel alone, combine alone (diagnostic launch_parts).
@@ -242,7 +306,8 @@ def main():
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                key = "stages%d_n%d%s" % (*_c.VARIANTS[v][:2], "_pipe" if _c.VARIANTS[v][3] else "")
+                stages, tile = _c.VARIANTS[v][:2]
+                key = f"stages{stages}_n{tile}{'_pipe' if _c.VARIANTS[v][3] else ''}"
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:
@@ -260,7 +325,8 @@ def main():
         if triton_fn is not None:
             try:
                 row["triton_graph_us"], row["triton_eager_us"] = time_modes(
-                    lambda i: case.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2))
+                    lambda i, c=case: c.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2)
+                )
             except Exception as exc:  # noqa: BLE001 - reported, not hidden
                 row["triton_error"] = repr(exc)[:300]
         row["bw_frac_graph"] = floor_us / row["ours_graph_us"]
@@ -268,17 +334,21 @@ def main():
             row["mma_frac_graph"] = case.flops / (row["ours_graph_us"] * 1e-6) / mma
         res["cases"].append(row)
         print(json.dumps(row), flush=True)
-        del case
+        case = None  # free this case's pools before the next
         torch.cuda.empty_cache()
 
-    print("\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
-          "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |")
+    print(
+        "\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
+        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |"
+    )
     for r in res["cases"]:
-        print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
-              f"{r['ours_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | {r['combine_only_graph_us']:.1f} | "
-              f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
-              f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
-              f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |")
+        print(
+            f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
+            f"{r['ours_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | {r['combine_only_graph_us']:.1f} | "
+            f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
+            f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
+            f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

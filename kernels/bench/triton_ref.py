@@ -40,9 +40,12 @@ def load_extend_attention(wheel_dir: str) -> tuple[object | None, str]:
         "sglang.srt.utils": types.ModuleType("sglang.srt.utils"),
         "sglang.srt.layers": types.ModuleType("sglang.srt.layers"),
         "sglang.srt.layers.attention": types.ModuleType("sglang.srt.layers.attention"),
-        "sglang.srt.layers.attention.triton_ops": types.ModuleType("sglang.srt.layers.attention.triton_ops"),
+        "sglang.srt.layers.attention.triton_ops": types.ModuleType(
+            "sglang.srt.layers.attention.triton_ops"
+        ),
         "sglang.srt.layers.attention.triton_ops.prefill_attention": types.ModuleType(
-            "sglang.srt.layers.attention.triton_ops.prefill_attention"),
+            "sglang.srt.layers.attention.triton_ops.prefill_attention"
+        ),
     }
     stubs["sglang.srt.utils"].is_cuda = lambda: True
     stubs["sglang.srt.utils"].is_hip = lambda: False

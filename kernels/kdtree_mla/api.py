@@ -38,6 +38,15 @@ defines them; ``v_extend``/``v_buffer`` are checked for shape, dtype and device 
 
 ``verify_attention`` is the same call with keyword names, for new code.
 
+Availability: ``load()`` imports the extension or raises ImportError with the reason;
+``compiled_archs()`` lists the architectures it was built for; ``device_supported(device)``
+returns (ok, reason) and never raises.
+
+Per-step work: none is needed. Each call is two kernel launches (split-KV main kernel, LSE
+combine); the schedule is computed inside the main kernel from ``qo_indptr``/``kv_indptr``
+(one read of B+1 values per CTA), so there is no separate scheduler launch to hoist out of
+the 61 layers.
+
 CUDA-graph safety: the call does no host synchronisation, no allocation and chooses its launch
 geometry from tensor shapes and the workspace only, never from index values; it can be captured
 once and replayed after the index, length and mask tensors change in place (within the
@@ -205,7 +214,9 @@ class VerifyWorkspace:
         self.partial_o = torch.empty(
             (2 * self.num_ctas, BLOCK_M, HEAD_DIM_V), dtype=torch.float32, device=dev
         )
-        self.partial_lse = torch.empty((2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev)
+        self.partial_lse = torch.empty(
+            (2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev
+        )
         # [0] = blocks per CTA, [1] = total blocks, [2 : 2+B+1] = per-request block prefix sums.
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
         # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
@@ -226,8 +237,22 @@ class VerifyWorkspace:
         return sum(t.numel() * t.element_size() for t in bufs)
 
 
-def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-            custom_mask, mask_indptr, sm_scale, lse, workspace):
+def _launch(
+    q,
+    k_extend,
+    v_extend,
+    out,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    mask_indptr,
+    sm_scale,
+    lse,
+    workspace,
+):
     # Hot path (every layer of every verify step): positional, few Python operations; the
     # binding checks every tensor. T and H are bounded here because the workspace is declared
     # for them; B against max_batch is checked in the binding (the schedule table's size).
@@ -239,10 +264,27 @@ def _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr
             f"(got shape {tuple(shape)})"
         )
     err = (_EXT or _load_ext()).verify_fwd(
-        q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-        custom_mask, mask_indptr, float(sm_scale), lse, workspace.partial_o,
-        workspace.partial_lse, workspace.sched, workspace.tokinfo, workspace.num_ctas, workspace.min_blocks_per_cta,
-        workspace.launch_parts, workspace.force_variant,
+        q,
+        k_extend,
+        v_extend,
+        out,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        mask_indptr,
+        float(sm_scale),
+        lse,
+        workspace.partial_o,
+        workspace.partial_lse,
+        workspace.sched,
+        workspace.tokinfo,
+        workspace.num_ctas,
+        workspace.min_blocks_per_cta,
+        workspace.launch_parts,
+        workspace.force_variant,
     )
     if err:
         _raise(err)
@@ -266,8 +308,22 @@ def verify_attention(
     lse: torch.Tensor | None = None,
 ) -> None:
     """Target-verify MLA attention; see the module docstring for shapes and meanings."""
-    _launch(q, k_extend, v_extend, out, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-            custom_mask, mask_indptr, sm_scale, lse, workspace)
+    _launch(
+        q,
+        k_extend,
+        v_extend,
+        out,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        mask_indptr,
+        sm_scale,
+        lse,
+        workspace,
+    )
 
 
 def extend_attention_fwd(
@@ -298,9 +354,24 @@ def extend_attention_fwd(
     if logit_cap != 0.0:
         raise ValueError(f"logit_cap must be 0 for the MLA verify kernel (got {logit_cap})")
     if not skip_prefix_custom_mask:
-        raise ValueError("skip_prefix_custom_mask=False is not supported: prefix columns are all visible")
+        raise ValueError(
+            "skip_prefix_custom_mask=False is not supported: prefix columns are all visible"
+        )
     if custom_mask is None and not is_causal:
         raise ValueError("custom_mask=None needs is_causal=True (draft tokens are then a chain)")
-    _launch(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-            kv_indices, custom_mask, mask_indptr, HEAD_DIM_QK**-0.5 if sm_scale is None else sm_scale,
-            lse_extend, workspace)
+    _launch(
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        mask_indptr,
+        HEAD_DIM_QK**-0.5 if sm_scale is None else sm_scale,
+        lse_extend,
+        workspace,
+    )

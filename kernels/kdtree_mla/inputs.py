@@ -72,7 +72,9 @@ def make_inputs(
 
     def randn(*shape: int) -> torch.Tensor:
         # Generated on the device (fast for big pools) from a seed derived from gen.
-        g = torch.Generator(device=dev).manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        g = torch.Generator(device=dev).manual_seed(
+            int(torch.randint(0, 2**62, (1,), generator=gen))
+        )
         return torch.randn(*shape, generator=g, device=dev, dtype=torch.float32).to(torch.bfloat16)
 
     k_buffer = randn(pool, 1, 576)

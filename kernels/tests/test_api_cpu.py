@@ -3,16 +3,28 @@
 import inspect
 
 import pytest
-
 from kdtree_mla import api
 
 
 def test_extend_attention_fwd_signature_matches_sglang_0_5_5_order():
     params = list(inspect.signature(api.extend_attention_fwd).parameters)
     assert params[:16] == [
-        "q_extend", "k_extend", "v_extend", "o_extend", "k_buffer", "v_buffer", "qo_indptr",
-        "kv_indptr", "kv_indices", "custom_mask", "is_causal", "mask_indptr", "max_len_extend",
-        "sm_scale", "logit_cap", "skip_prefix_custom_mask",
+        "q_extend",
+        "k_extend",
+        "v_extend",
+        "o_extend",
+        "k_buffer",
+        "v_buffer",
+        "qo_indptr",
+        "kv_indptr",
+        "kv_indices",
+        "custom_mask",
+        "is_causal",
+        "mask_indptr",
+        "max_len_extend",
+        "sm_scale",
+        "logit_cap",
+        "skip_prefix_custom_mask",
     ]
     sig = inspect.signature(api.extend_attention_fwd)
     assert sig.parameters["workspace"].kind is inspect.Parameter.KEYWORD_ONLY
@@ -45,8 +57,12 @@ def test_block_m_matches_traits_header():
 
 @pytest.mark.parametrize(
     "arch_list,expect",
-    [("9.0;12.0", ["sm_90", "sm_120"]), ("9.0+PTX", ["sm_90"]), ("12.0a 9.0", ["sm_120", "sm_90"]),
-     ("8.6,9.0", ["sm_86", "sm_90"])],
+    [
+        ("9.0;12.0", ["sm_90", "sm_120"]),
+        ("9.0+PTX", ["sm_90"]),
+        ("12.0a 9.0", ["sm_120", "sm_90"]),
+        ("8.6,9.0", ["sm_86", "sm_90"]),
+    ],
 )
 def test_arch_list_parsing(arch_list, expect):
     assert api._parse_arch_list(arch_list) == expect

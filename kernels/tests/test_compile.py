@@ -25,17 +25,33 @@ STATIC_SMEM_LIMIT = 48 * 1024
 
 
 def find_nvcc() -> str:
-    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/bin/nvcc",
-                 "/usr/local/cuda/bin/nvcc"):
+    for cand in (
+        os.environ.get("NVCC"),
+        shutil.which("nvcc"),
+        "/usr/local/bin/nvcc",
+        "/usr/local/cuda/bin/nvcc",
+    ):
         if cand and os.path.exists(cand):
             return cand
     pytest.fail("nvcc not found (set NVCC): the compile test is required in CI")
 
 
 def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]:
-    cmd = [find_nvcc(), "-std=c++17", "-O3", "--use_fast_math", "-Xptxas", "-v",
-           f"-gencode=arch=compute_{arch[3:]},code={arch}", "-I", str(CSRC), "-c",
-           str(CSRC / "verify_launch.cu"), "-o", str(tmp_path / f"verify_{arch}.o")]
+    cmd = [
+        find_nvcc(),
+        "-std=c++17",
+        "-O3",
+        "--use_fast_math",
+        "-Xptxas",
+        "-v",
+        f"-gencode=arch=compute_{arch[3:]},code={arch}",
+        "-I",
+        str(CSRC),
+        "-c",
+        str(CSRC / "verify_launch.cu"),
+        "-o",
+        str(tmp_path / f"verify_{arch}.o"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"nvcc failed for {arch}:\n{res.stderr}"
     funcs: dict[str, dict[str, int]] = {}
@@ -48,9 +64,13 @@ def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]
             continue
         if cur is None:
             continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        m = re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
+        )
         if m:
-            funcs[cur].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+            funcs[cur].update(
+                stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3))
+            )
         m = re.search(r"Used (\d+) registers", line)
         if m:
             funcs[cur]["regs"] = int(m.group(1))
@@ -64,8 +84,19 @@ def launch_config() -> dict:
     if gxx is None:
         pytest.fail("a host C++ compiler is needed to evaluate traits.h")
     exe = ROOT / "tests" / ".smem_probe"
-    subprocess.run([gxx, "-std=c++17", "-I", str(CSRC), str(ROOT / "tests" / "smem_probe.cpp"),
-                    "-o", str(exe)], check=True, timeout=120)
+    subprocess.run(
+        [
+            gxx,
+            "-std=c++17",
+            "-I",
+            str(CSRC),
+            str(ROOT / "tests" / "smem_probe.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        timeout=120,
+    )
     try:
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     finally:
@@ -87,7 +118,9 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
     cfg = launch_config()
     main = {n: f for n, f in funcs.items() if "verify_main_kernel" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
-    assert len(main) == len(cfg["variants"]) and len(combine) == 1, f"unexpected kernels: {sorted(funcs)}"
+    assert len(main) == len(cfg["variants"]) and len(combine) == 1, (
+        f"unexpected kernels: {sorted(funcs)}"
+    )
     for name, f in funcs.items():
         assert f["spill_st"] == 0 and f["spill_ld"] == 0, f"{arch} {name}: spills {f}"
         assert f["stack"] == 0, f"{arch} {name}: {f['stack']} B stack frame (local memory)"
@@ -95,14 +128,19 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
     chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
     var = cfg["variants"][chosen]
-    picked = [f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}ELb{var['pipe']}EE" in n]
+    picked = [
+        f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}ELb{var['pipe']}EE" in n
+    ]
     assert len(picked) == 1, f"{arch}: no main kernel instantiated for variant {var}"
     f = picked[0]
     assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
-        f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B > {SMEM_LIMIT[arch]}")
+        f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B > {SMEM_LIMIT[arch]}"
+    )
     # Registers are allocated per warp in units of 256: the block must fit one SM.
     regs_alloc = -(-f["regs"] // 8) * 8
-    assert regs_alloc * cfg["threads"] <= REGS_PER_SM, f"{arch}: {f['regs']} regs x {cfg['threads']} threads"
+    assert regs_alloc * cfg["threads"] <= REGS_PER_SM, (
+        f"{arch}: {f['regs']} regs x {cfg['threads']} threads"
+    )
 
 
 def test_sm120_gets_a_config_within_its_smem_limit():

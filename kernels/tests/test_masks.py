@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from kdtree_mla.inputs import make_inputs
 from kdtree_mla.ref import (
     build_custom_mask,
@@ -13,7 +12,9 @@ from kdtree_mla.ref import (
 
 
 def test_chain_tree_is_causal():
-    assert torch.equal(tree_mask_from_parents([-1, 0, 1, 2]), torch.ones(4, 4, dtype=torch.bool).tril())
+    assert torch.equal(
+        tree_mask_from_parents([-1, 0, 1, 2]), torch.ones(4, 4, dtype=torch.bool).tril()
+    )
 
 
 def test_tree_mask_ancestors_and_self():
@@ -58,7 +59,9 @@ def test_custom_mask_layout_matches_sglang_indexing():
 
 
 def test_visibility_without_mask_is_causal():
-    assert torch.equal(draft_visibility(None, None, 0, 3, 10), torch.ones(3, 3, dtype=torch.bool).tril())
+    assert torch.equal(
+        draft_visibility(None, None, 0, 3, 10), torch.ones(3, 3, dtype=torch.bool).tril()
+    )
 
 
 def test_make_inputs_indices_are_a_permutation_of_distinct_rows():

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from kdtree_mla.inputs import make_inputs
 from kdtree_mla.ref import verify_attention_ref
 
@@ -69,10 +68,21 @@ CASES = [
 
 @pytest.mark.parametrize("prefix,draft,heads,tree,idx", CASES)
 def test_reference_matches_naive_loop(prefix, draft, heads, tree, idx):
-    inp = make_inputs(prefix, draft, heads, seed=sum(prefix) * 7 + heads, tree=tree, index_dtype=idx)
+    inp = make_inputs(
+        prefix, draft, heads, seed=sum(prefix) * 7 + heads, tree=tree, index_dtype=idx
+    )
     o, lse = verify_attention_ref(
-        inp.q, inp.k_extend, inp.v_extend, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
-        inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, inp.sm_scale,
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        inp.k_buffer,
+        inp.v_buffer,
+        inp.qo_indptr,
+        inp.kv_indptr,
+        inp.kv_indices,
+        inp.custom_mask,
+        inp.mask_indptr,
+        inp.sm_scale,
     )
     o_n, lse_n = naive(inp)
     assert torch.allclose(o, o_n, rtol=1e-10, atol=1e-10)
@@ -82,8 +92,19 @@ def test_reference_matches_naive_loop(prefix, draft, heads, tree, idx):
 
 def test_reference_fp32_close_to_fp64():
     inp = make_inputs([40, 3], [4, 4], 4, seed=3)
-    args = (inp.q, inp.k_extend, inp.v_extend, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
-            inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, inp.sm_scale)
+    args = (
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        inp.k_buffer,
+        inp.v_buffer,
+        inp.qo_indptr,
+        inp.kv_indptr,
+        inp.kv_indices,
+        inp.custom_mask,
+        inp.mask_indptr,
+        inp.sm_scale,
+    )
     o64, _ = verify_attention_ref(*args)
     o32, _ = verify_attention_ref(*args, dtype=torch.float32)
     err = (o32.double() - o64).norm() / o64.norm()
@@ -97,7 +118,16 @@ def test_unused_pool_slots_are_poisoned_and_never_read():
     assert unused, "the pool must have spare rows"
     assert torch.isnan(inp.k_buffer[unused].float()).all()
     o, _ = verify_attention_ref(
-        inp.q, inp.k_extend, inp.v_extend, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
-        inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, inp.sm_scale,
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        inp.k_buffer,
+        inp.v_buffer,
+        inp.qo_indptr,
+        inp.kv_indptr,
+        inp.kv_indices,
+        inp.custom_mask,
+        inp.mask_indptr,
+        inp.sm_scale,
     )
     assert torch.isfinite(o).all()

@@ -11,7 +11,6 @@ import random
 
 import pytest
 import torch
-
 from kdtree_mla.inputs import make_inputs
 from kdtree_mla.ref import verify_attention_ref
 
@@ -39,19 +38,43 @@ def api():
 def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False):
     t, h = inp.num_tokens, inp.num_heads
     o = torch.full((t, h, 512), float("nan"), dtype=torch.bfloat16, device=inp.q.device)
-    lse_t = torch.full((t, h), float("nan"), dtype=torch.float32, device=inp.q.device) if lse else None
+    lse_t = (
+        torch.full((t, h), float("nan"), dtype=torch.float32, device=inp.q.device) if lse else None
+    )
     api().extend_attention_fwd(
-        inp.q, inp.k_extend, inp.v_extend, o, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
-        inp.kv_indptr, inp.kv_indices, inp.custom_mask, True, inp.mask_indptr, max(inp.draft_lens),
-        inp.sm_scale, workspace=ws, lse_extend=lse_t,
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        o,
+        inp.k_buffer,
+        inp.v_buffer,
+        inp.qo_indptr,
+        inp.kv_indptr,
+        inp.kv_indices,
+        inp.custom_mask,
+        True,
+        inp.mask_indptr,
+        max(inp.draft_lens),
+        inp.sm_scale,
+        workspace=ws,
+        lse_extend=lse_t,
     )
     return o, lse_t
 
 
 def reference(inp):
     return verify_attention_ref(
-        inp.q, inp.k_extend, inp.v_extend, inp.k_buffer, inp.v_buffer, inp.qo_indptr,
-        inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, inp.sm_scale,
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        inp.k_buffer,
+        inp.v_buffer,
+        inp.qo_indptr,
+        inp.kv_indptr,
+        inp.kv_indices,
+        inp.custom_mask,
+        inp.mask_indptr,
+        inp.sm_scale,
     )
 
 
@@ -145,8 +168,16 @@ def test_mask_kinds(tree):
     [(torch.int64, torch.int64, torch.uint8), (torch.int32, torch.int32, torch.bool)],
 )
 def test_index_and_mask_dtypes(index_dtype, mask_indptr_dtype, mask_dtype):
-    inp = make_inputs([1234, 10], [4, 4], 8, device="cuda", seed=fresh_seed(),
-                      index_dtype=index_dtype, mask_indptr_dtype=mask_indptr_dtype, mask_dtype=mask_dtype)
+    inp = make_inputs(
+        [1234, 10],
+        [4, 4],
+        8,
+        device="cuda",
+        seed=fresh_seed(),
+        index_dtype=index_dtype,
+        mask_indptr_dtype=mask_indptr_dtype,
+        mask_dtype=mask_dtype,
+    )
     check(inp, workspace(inp))
 
 
@@ -158,7 +189,9 @@ def test_without_lse_output():
 # --- scheduler corner cases: few CTAs, many segments per CTA, many-way splits --------------------
 
 
-@pytest.mark.parametrize("num_ctas,min_blocks", [(1, 1), (3, 1), (7, 2), (132, 1), (500, 1), (1023, 1)])
+@pytest.mark.parametrize(
+    "num_ctas,min_blocks", [(1, 1), (3, 1), (7, 2), (132, 1), (500, 1), (1023, 1)]
+)
 def test_scheduler_grids(num_ctas, min_blocks):
     prefix = [0, 5, 9000, 17, 0, 2048, 33, 300]
     inp = make_inputs(prefix, [4, 1, 16, 4, 2, 4, 8, 4], 16, device="cuda", seed=fresh_seed())
@@ -197,10 +230,16 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
     (same T, same buffers) and replay: must match eager and the fp64 reference."""
     from kdtree_mla.ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
 
-    B, H, T = 4, 8, 16
+    H, T = 8, 16
     pool = 200_000
-    first = make_inputs([1000, 50000, 3, 0], [4, 4, 4, 4], H, device="cuda", seed=fresh_seed(),
-                        spare_slots=pool - 51003)
+    first = make_inputs(
+        [1000, 50000, 3, 0],
+        [4, 4, 4, 4],
+        H,
+        device="cuda",
+        seed=fresh_seed(),
+        spare_slots=pool - 51003,
+    )
     ws = workspace(first)
     max_kv = pool
     kv_indices = torch.zeros(max_kv, dtype=torch.int32, device="cuda")
@@ -214,8 +253,23 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
 
     def call():
         api().extend_attention_fwd(
-            first.q, first.k_extend, first.v_extend, o, first.k_buffer, first.v_buffer, qo, kv,
-            kv_indices, custom_mask, True, mind, 16, first.sm_scale, workspace=ws, lse_extend=lse)
+            first.q,
+            first.k_extend,
+            first.v_extend,
+            o,
+            first.k_buffer,
+            first.v_buffer,
+            qo,
+            kv,
+            kv_indices,
+            custom_mask,
+            True,
+            mind,
+            16,
+            first.sm_scale,
+            workspace=ws,
+            lse_extend=lse,
+        )
 
     call()  # warm-up outside capture (sets the smem attribute once)
     torch.cuda.synchronize()
@@ -224,8 +278,12 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
         call()
 
     gen = torch.Generator().manual_seed(fresh_seed())
-    for prefix, draft in ([[1000, 50000, 3, 0], [4, 4, 4, 4]], [[120000, 0, 7, 2500], [2, 9, 1, 4]],
-                          [[0, 0, 0, 0], [4, 4, 4, 4]], [[33, 199000 - 33, 1, 0], [16, 0, 0, 0]]):
+    for prefix, draft in (
+        [[1000, 50000, 3, 0], [4, 4, 4, 4]],
+        [[120000, 0, 7, 2500], [2, 9, 1, 4]],
+        [[0, 0, 0, 0], [4, 4, 4, 4]],
+        [[33, 199000 - 33, 1, 0], [16, 0, 0, 0]],
+    ):
         assert sum(draft) == T and sum(prefix) <= pool
         perm = torch.randperm(pool, generator=gen)[: sum(prefix)].to(torch.int32)
         trees = [tree_mask_from_parents(random_tree_parents(d, gen)) for d in draft]
@@ -256,8 +314,18 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
         assert torch.equal(o_graph, o), "graph replay differs from eager"
         assert torch.equal(lse_graph, lse)
         o_ref, lse_ref = verify_attention_ref(
-            first.q, first.k_extend, first.v_extend, k_buf, first.v_buffer, qo, kv, kv_indices,
-            custom_mask, mind, first.sm_scale)
+            first.q,
+            first.k_extend,
+            first.v_extend,
+            k_buf,
+            first.v_buffer,
+            qo,
+            kv,
+            kv_indices,
+            custom_mask,
+            mind,
+            first.sm_scale,
+        )
         assert not torch.isnan(o_graph).any()
         err = rel_err(o_graph, o_ref)
         assert err < TOL, f"replay {prefix}/{draft}: error {err:.3e}"
@@ -270,10 +338,22 @@ def test_bad_arguments_raise_with_a_message():
     inp = make_inputs([100], [4], 8, device="cuda", seed=fresh_seed())
     ws = workspace(inp)
     o = torch.empty(4, 8, 512, dtype=torch.bfloat16, device="cuda")
-    base = dict(q_extend=inp.q, k_extend=inp.k_extend, v_extend=inp.v_extend, o_extend=o,
-                k_buffer=inp.k_buffer, v_buffer=inp.v_buffer, qo_indptr=inp.qo_indptr,
-                kv_indptr=inp.kv_indptr, kv_indices=inp.kv_indices, custom_mask=inp.custom_mask,
-                is_causal=True, mask_indptr=inp.mask_indptr, max_len_extend=4, sm_scale=0.1)
+    base = dict(
+        q_extend=inp.q,
+        k_extend=inp.k_extend,
+        v_extend=inp.v_extend,
+        o_extend=o,
+        k_buffer=inp.k_buffer,
+        v_buffer=inp.v_buffer,
+        qo_indptr=inp.qo_indptr,
+        kv_indptr=inp.kv_indptr,
+        kv_indices=inp.kv_indices,
+        custom_mask=inp.custom_mask,
+        is_causal=True,
+        mask_indptr=inp.mask_indptr,
+        max_len_extend=4,
+        sm_scale=0.1,
+    )
     f = api().extend_attention_fwd
     bad = [
         (dict(q_extend=inp.q.float()), TypeError, "q: must be bfloat16"),
@@ -284,7 +364,11 @@ def test_bad_arguments_raise_with_a_message():
         (dict(kv_indices=inp.kv_indices.float()), TypeError, "kv_indices: must be int32 or int64"),
         (dict(qo_indptr=inp.qo_indptr[:1]), ValueError, "qo_indptr"),
         (dict(kv_indptr=inp.kv_indptr[:1]), ValueError, "kv_indptr: expected 2 elements"),
-        (dict(custom_mask=inp.custom_mask.to(torch.int32)), TypeError, "custom_mask: must be uint8"),
+        (
+            dict(custom_mask=inp.custom_mask.to(torch.int32)),
+            TypeError,
+            "custom_mask: must be uint8",
+        ),
         (dict(mask_indptr=None), ValueError, "mask_indptr: required"),
         (dict(logit_cap=30.0), ValueError, "logit_cap"),
     ]
