@@ -10,11 +10,16 @@
 // and the combine kernel merges them. Every CTA recomputes the schedule from the index pointers,
 // so the launch geometry never depends on device data (CUDA-graph safe).
 //
-// Per 32-token block, the 8 warps compute S = Q K^T split over 4 k-groups x 2 token halves
-// (Q stays in registers as mma A fragments), reduce the k-groups through shared memory, run an
-// online softmax (8 threads per row), and then each warp accumulates its 64 output columns
-// of P V from the same shared-memory tile (V = first 512 columns of each K row).
-// Only mma.sync m16n8k16 bf16, ldmatrix and cp.async: builds unchanged for sm_90 and sm_120.
+// Per piece, the Q tile (32 rows x 576) arrives by cp.async and is kept in registers as mma A
+// fragments. Per 32-token KV block (gathered row by row with cp.async, its pool indices
+// prefetched into a smem ring kStages blocks earlier), the 8 warps compute S = Q K^T split over
+// 4 k-groups x 2 token halves, reduce the k-groups through shared memory, run an online softmax
+// (8 threads per row), and then each warp accumulates its 64 output columns of P V from the
+// same shared-memory tile (V = first 512 columns of each K row). The kPipe variant (sm_90)
+// computes S of block i+1 while the softmax of block i runs (double-buffered partials).
+// The O tile leaves through shared memory with coalesced 16-byte stores.
+// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async and griddepcontrol: builds unchanged for
+// sm_90 and sm_120.
 #pragma once
 
 #include <cuda_bf16.h>
