@@ -343,3 +343,47 @@ def test_router_plans_once_per_step_when_the_api_can() -> None:
     assert api.plans == [(router.workspace, "qo", "kv")]
     plain, _ = make_router()
     plain.plan("qo", "kv")  # no plan in the API: nothing to do, no error
+
+
+# --- probing the kernel package --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("archs", "supported", "expected"),
+    [
+        ([], (True, ""), (None, None)),  # no build information: unknown, not "built for nothing"
+        (["sm_90", "sm_120a"], (True, ""), (None, (90, 120))),
+        (["sm_120"], (False, "extension built for sm_120, device is sm_90"), None),
+    ],
+)
+def test_probe_kernel_reads_the_api_availability_probes(
+    monkeypatch: pytest.MonkeyPatch, archs: list[str], supported: tuple[bool, str], expected: Any
+) -> None:
+    import kdtree_mla
+    from kdtree_mla.sglang import patch
+
+    fake = SimpleNamespace(
+        load=lambda: None, compiled_archs=lambda: archs, device_supported=lambda dev: supported
+    )
+    monkeypatch.setitem(sys.modules, "kdtree_mla.api", fake)
+    monkeypatch.setattr(kdtree_mla, "api", fake, raising=False)
+    monkeypatch.setattr(patch, "device_arch_index", lambda gpu: 0)
+    error, got_archs = patch.probe_kernel(0)
+    if expected is None:
+        assert error == supported[1]
+    else:
+        assert (error, got_archs) == expected
+
+
+def test_probe_kernel_reports_a_missing_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kdtree_mla
+    from kdtree_mla.sglang import patch
+
+    def load() -> None:
+        raise ImportError("kdtree_mla._C is not available")
+
+    fake = SimpleNamespace(load=load)
+    monkeypatch.setitem(sys.modules, "kdtree_mla.api", fake)
+    monkeypatch.setattr(kdtree_mla, "api", fake, raising=False)
+    error, archs = patch.probe_kernel(None)
+    assert error == "ImportError: kdtree_mla._C is not available" and archs is None

@@ -371,7 +371,7 @@ def active_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore
     api = FakeApi()
     monkeypatch.setitem(sys.modules, "kdtree_mla.api", api)
     monkeypatch.setattr(kdtree_mla, "api", api, raising=False)
-    monkeypatch.setattr(patch, "probe_kernel", lambda: (None, (90, 120)))
+    monkeypatch.setattr(patch, "probe_kernel", lambda gpu=None: (None, (90, 120)))
     monkeypatch.setattr(patch, "device_arch", lambda runner: 90)
     monkeypatch.setattr(patch, "_cuda_device", lambda device: device)
     announce.reset_for_tests()

@@ -385,7 +385,7 @@ def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
     """Read what :func:`~.eligibility.decide` needs from SGLang's objects."""
     import kdtree_mla
 
-    kernel_error, kernel_archs = probe_kernel()
+    kernel_error, kernel_archs = probe_kernel(getattr(model_runner, "gpu_id", None))
     model_config = model_runner.model_config
     server_args = model_runner.server_args
     use_mla = getattr(backend, "use_mla", None)
@@ -418,8 +418,12 @@ def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
     )
 
 
-def probe_kernel() -> tuple[str | None, tuple[int, ...] | None]:
-    """(why the extension is unusable or None, the archs it was built for or None)."""
+def probe_kernel(gpu: int | None = None) -> tuple[str | None, tuple[int, ...] | None]:
+    """(why the extension is unusable on GPU ``gpu`` or None, the archs it was built for or None).
+
+    Uses the API's ``load``/``compiled_archs``/``device_supported`` when present (the last one
+    also checks that a kernel variant fits the device's shared memory).
+    """
     try:
         from kdtree_mla import api
 
@@ -427,14 +431,31 @@ def probe_kernel() -> tuple[str | None, tuple[int, ...] | None]:
         load()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}", None
+    archs: tuple[int, ...] | None = None
     compiled = getattr(api, "compiled_archs", None)
-    if not callable(compiled):
-        return None, None
-    try:
-        archs = tuple(int(str(a).removeprefix("sm_").rstrip("af")) for a in compiled())
-    except (TypeError, ValueError):
-        return None, None
+    if callable(compiled):
+        try:
+            # [] means "no build information": unknown, not "built for nothing".
+            archs = tuple(int(str(a).removeprefix("sm_").rstrip("af")) for a in compiled()) or None
+        except (TypeError, ValueError):
+            archs = None
+    supported = getattr(api, "device_supported", None)
+    if callable(supported) and device_arch_index(gpu) is not None:
+        ok, why = supported(device_arch_index(gpu))
+        if not ok:
+            return str(why), archs
     return None, archs
+
+
+def device_arch_index(gpu: int | None) -> int | None:
+    """The CUDA device index to probe, or None when no CUDA device is visible."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.current_device() if gpu is None else int(gpu)
 
 
 def device_arch(model_runner: Any) -> int | None:
