@@ -584,7 +584,8 @@ def _describe(exc: BaseException) -> tuple[str, dict[str, Any] | None, str | Non
     if isinstance(exc, _GateRejected):
         return f"gate {exc.verdict}: {exc.reason}", exc.gate, exc.table
     if isinstance(exc, HealthFailed):
-        line = f" (log: {exc.matched_line.strip()})" if exc.matched_line else ""
+        matched = (exc.matched_line or "").strip()
+        line = f" (log: {matched})" if matched and matched not in exc.message else ""
         return f"health failed in phase {exc.phase}: {exc.message}{line}", None, None
     if isinstance(exc, Interrupted):
         return f"interrupted by {exc.signal_name}", None, None
