@@ -215,7 +215,8 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
     from kctl.errors import ProfileError
     from kctl.profile.loader import load_profile
 
-    results, problems = [], []
+    results: list[dict[str, Any]] = []
+    problems: list[str] = []
     for path in profiles:
         try:
             p = load_profile(path)

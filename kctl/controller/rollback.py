@@ -36,15 +36,12 @@ def rollback(
     from kctl.lock import DeployLock
 
     store = ctx.open_store()
-    if to is not None:
-        target = store.get_deployment(to)
-    else:
-        target = store.last_known_good()
-        if target is None:
-            raise PreconditionFailed(
-                "no known-good baseline is recorded yet, so there is nothing to roll back to",
-                hint="deploy a baseline profile first, e.g. `kctl deploy profiles/triton-graphs.yaml`",
-            )
+    target = store.get_deployment(to) if to is not None else store.last_known_good()
+    if target is None:
+        raise PreconditionFailed(
+            "no known-good baseline is recorded yet, so there is nothing to roll back to",
+            hint="deploy a baseline profile first, e.g. `kctl deploy profiles/triton-graphs.yaml`",
+        )
     profile = common.profile_of(target)
     runtime = ctx.runtime(runtime_kind or ctx.runtime_kind(profile))
     warnings: list[str] = []

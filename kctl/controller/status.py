@@ -114,9 +114,9 @@ def status(ctx: Context) -> StatusReport:
         known = store.last_known_good()
         if known is not None:
             report.known_good = _dep_summary(known)
-        last = store.last_gate_result()
-        if last is not None:
-            gate_dep, data = last
+        last_gate = store.last_gate_result()
+        if last_gate is not None:
+            gate_dep, data = last_gate
             report.last_gate = {
                 "deployment": gate_dep.id,
                 "profile": gate_dep.profile_name,
@@ -135,11 +135,11 @@ def status(ctx: Context) -> StatusReport:
                 f"DEGRADED: {latest[0].id} ended {latest[0].status}: {latest[0].reason}. "
                 "Next: `kctl rollback`"
             )
-        for txn in report.interrupted:
-            step = txn["last_step"]
+        for open_txn in report.interrupted:
+            step = open_txn["last_step"]
             where = f" at step {step['step']!r}" if step else ""
             report.problems.append(
-                f"deployment {txn['id']} was interrupted{where} and not resolved; "
+                f"deployment {open_txn['id']} was interrupted{where} and not resolved; "
                 "run `kctl rollback` (or deploy again) to reconcile"
             )
     finally:
