@@ -115,7 +115,17 @@ def test_global_options_are_accepted_anywhere() -> None:
     from kctl.cli import hoist_globals
 
     assert hoist_globals(["deploy", "p.yaml", "--simulate", "--state-dir", "s", "--json"]) == [
-        "--simulate", "--state-dir", "s", "--json", "deploy", "p.yaml",
+        "--simulate",
+        "--state-dir",
+        "s",
+        "--json",
+        "deploy",
+        "p.yaml",
     ]
-    assert hoist_globals(["logs", "--state-dir=x", "-n", "5"]) == ["--state-dir=x", "logs", "-n", "5"]
+    assert hoist_globals(["logs", "--state-dir=x", "-n", "5"]) == [
+        "--state-dir=x",
+        "logs",
+        "-n",
+        "5",
+    ]
     assert hoist_globals(["validate", "--", "--json"]) == ["validate", "--", "--json"]
