@@ -275,6 +275,20 @@ def gc(
     )
 
 
+@app.command()
+def stop(yes: bool = typer.Option(False, "--yes", help="Confirm taking the service down.")) -> None:
+    """Stop what serves (`kctl rollback` brings the known-good back)."""
+    from kctl.controller.maintenance import stop as run
+
+    result = run(_context(), yes=yes)
+    _emit(
+        "stop",
+        result,
+        f"stopped {len(result['stopped'])} server(s)"
+        + "".join(f"\n  {d}" for d in result["stopped"]),
+    )
+
+
 @lock_app.command("show")
 def lock_show() -> None:
     """Who holds the deploy lock, and whether it is stale."""

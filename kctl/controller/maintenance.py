@@ -60,3 +60,39 @@ def build(ctx: Context, profile_path: str) -> dict[str, Any]:
         )
     tag = common.image_for(ctx, profile)
     return {"profile": profile.name, "image": tag}
+
+
+def stop(ctx: Context, *, yes: bool) -> dict[str, Any]:
+    """``kctl stop --yes``: take the service down (every server kctl runs here). The
+    known-good record stays, so ``kctl rollback`` brings it back."""
+    from kctl.controller.recover import reconcile
+    from kctl.lock import DeployLock
+
+    if not yes:
+        raise UsageError(
+            "kctl stop takes the serving deployment down", hint="pass --yes to confirm"
+        )
+    store = ctx.open_store()
+    try:
+        serving = store.serving()
+        kind = "local" if ctx.simulate else (serving.runtime if serving else "docker")
+        runtime = ctx.runtime(kind)
+        with DeployLock(ctx.state_dir).acquire("kctl stop") as held:
+            if held.takeover_warning:
+                ctx.reporter.warn(held.takeover_warning)
+            for note in reconcile(ctx, store, runtime, resolver="stop"):
+                ctx.reporter.warn(note)
+            stopped = []
+            for inst in runtime.running():
+                ctx.reporter.event(f"stopping {inst.deployment_id}")
+                try:
+                    dep = store.get_deployment(inst.deployment_id)
+                    timeout_s = common.profile_of(dep).runtime.stop_timeout_s
+                except UsageError:  # a server this store never recorded: default timeout
+                    timeout_s = 60.0
+                runtime.stop(inst, timeout_s)
+                stopped.append(inst.deployment_id)
+            store.set_serving(None)
+        return {"stopped": stopped}
+    finally:
+        store.close()

@@ -255,3 +255,15 @@ def test_second_interrupt_aborts_the_revert_and_leaves_degraded(kctl: Kctl) -> N
     assert r.code == 0, r.out + r.err
     assert serving_health(kctl) == ("base", "healthy")
     assert kctl.run("status").code == 0
+
+
+def test_stop_needs_confirmation_and_rollback_restores(kctl: Kctl) -> None:
+    assert kctl.run("deploy", str(kctl.tmp / "base.yaml")).code == 0
+    r = kctl.run("stop")
+    assert r.code == 2 and "--yes" in r.err
+    assert serving_health(kctl) == ("base", "healthy")
+    r = kctl.run("stop", "--yes")
+    assert r.code == 0, r.err
+    assert serving_health(kctl) == (None, "nothing serving")
+    assert kctl.run("rollback").code == 0
+    assert serving_health(kctl) == ("base", "healthy")
