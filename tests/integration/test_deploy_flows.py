@@ -267,3 +267,31 @@ def test_stop_needs_confirmation_and_rollback_restores(kctl: Kctl) -> None:
     assert serving_health(kctl) == (None, "nothing serving")
     assert kctl.run("rollback").code == 0
     assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_bench_logs_plan_and_history_after_a_deploy(kctl: Kctl) -> None:
+    cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
+    r = kctl.run("--json", "deploy", cand)
+    assert r.code == 0, r.err
+    cand_id = r.json()["result"]["deployment_id"]
+    # bench: the gate workload against what serves, compared with the stored baseline
+    r = kctl.run("--json", "bench")
+    assert r.code == 0, r.err
+    bench = r.json()["result"]
+    assert bench["deployment_id"] == cand_id and bench["compared_with"] == "base"
+    assert bench["verdict"]["verdict"] == "PASS"
+    assert "23000" in kctl.run("bench").out
+    # logs: the serving process's own output, with the kernel activation line
+    r = kctl.run("logs", "--tail", "200")
+    assert r.code == 0 and "kdtree-verify: active" in r.out
+    # plan: data, changes nothing
+    before = kctl.run("--json", "history").json()["result"]
+    r = kctl.run("--json", "plan", cand)
+    assert r.code == 0
+    plan = r.json()["result"]
+    assert plan["stored_baseline_measurement"] is not None  # reused by the next deploy
+    assert "--disable-cuda-graph" in plan["launch"]["argv"]
+    assert plan["launch"]["env"]["KDTREE_VERIFY"] == "1"
+    assert kctl.run("--json", "history").json()["result"] == before
+    r = kctl.run("history")
+    assert cand_id in r.out and "promoted" in r.out
