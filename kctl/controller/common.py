@@ -3,11 +3,14 @@ bringing a server up with health, measuring, and fingerprints."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
 import socket
 import subprocess
+import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import UsageError
@@ -56,8 +59,6 @@ def image_for(ctx: Context, profile: Profile) -> str | None:
 def launch_spec_for(
     ctx: Context, profile: Profile, deployment_id: str, image: str | None
 ) -> LaunchSpec:
-    import dataclasses
-
     from kctl.launch import launch_spec
 
     spec = launch_spec(profile, deployment_id, simulate=ctx.simulate)
@@ -182,10 +183,6 @@ def _rebuild(cls: Any, data: Any) -> Any:
 
 
 def _coerce(tp: Any, value: Any) -> Any:
-    import dataclasses
-    import types
-    import typing
-
     if value is None:
         return None
     origin = typing.get_origin(tp)

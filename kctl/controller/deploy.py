@@ -20,7 +20,7 @@ from kctl.controller import common
 from kctl.controller.maintenance import prune
 from kctl.controller.recover import reconcile, serving_now
 from kctl.controller.signals import InterruptGuard, RevertAborted
-from kctl.controller.transaction import Transaction, instance_from_dict
+from kctl.controller.transaction import Transaction
 from kctl.errors import (
     CandidateRejected,
     Degraded,
@@ -509,7 +509,7 @@ class _Deploy:
         inst = self.candidate_instance
         if inst is None:
             # the start may have happened without its result reaching us (interrupted mid-start)
-            inst = instance_from_dict(self.store.get_deployment(self.dep_id).instance)
+            inst = self.store.get_deployment(self.dep_id).instance_obj()
         if inst is not None:
             self.txn.stop(self.runtime, inst, timeout, why="revert")
         target_id = target[0].id if target else None

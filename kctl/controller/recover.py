@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kctl.controller.transaction import instance_from_dict
-
 if TYPE_CHECKING:
     from kctl.controller.context import Context
     from kctl.runtime.base import Instance, Runtime
@@ -26,7 +24,7 @@ def serving_now(store: Store, runtime: Runtime) -> tuple[Any, Instance] | None:
     knows its deployment."""
     dep = store.serving()
     if dep is not None:
-        inst = instance_from_dict(dep.instance)
+        inst = dep.instance_obj()
         if inst is not None and runtime.state(inst).running:
             return dep, inst
     for inst in runtime.running():
@@ -34,7 +32,7 @@ def serving_now(store: Store, runtime: Runtime) -> tuple[Any, Instance] | None:
             known = store.get_deployment(inst.deployment_id)
         except Exception:  # noqa: BLE001 - a process the store never recorded
             continue
-        recorded = instance_from_dict(known.instance)
+        recorded = known.instance_obj()
         if recorded is not None and recorded.port:
             inst = recorded if recorded.ref == inst.ref else inst
         return known, inst

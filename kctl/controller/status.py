@@ -7,7 +7,6 @@ import http.client
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kctl.controller.transaction import instance_from_dict
 from kctl.errors import KctlError, UsageError
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ def status(ctx: Context) -> StatusReport:
         dep = store.serving()
         if dep is not None:
             summary = _dep_summary(dep)
-            inst = instance_from_dict(dep.instance)
+            inst = dep.instance_obj()
             state = None
             if inst is not None:
                 try:
@@ -185,7 +184,7 @@ def logs(ctx: Context, deployment_id: str | None, tail: int | None) -> str:
         dep = store.get_deployment(deployment_id) if deployment_id else store.serving()
         if dep is None:
             raise UsageError("nothing serves now", hint="name a deployment: `kctl logs ID`")
-        inst = instance_from_dict(dep.instance)
+        inst = dep.instance_obj()
         if inst is None:
             raise UsageError(f"{dep.id} never started a server, so it has no logs")
         return ctx.runtime(inst.runtime).logs(inst, tail=tail)

@@ -21,16 +21,6 @@ if TYPE_CHECKING:
     from kctl.store import Store
 
 
-def instance_to_dict(instance: Instance) -> dict[str, Any]:
-    return dataclasses.asdict(instance)
-
-
-def instance_from_dict(data: dict[str, Any] | None) -> Instance | None:
-    if not data:
-        return None
-    return Instance(**data)
-
-
 class Transaction:
     """One deploy/rollback: the journal id is the deployment id."""
 
@@ -53,12 +43,12 @@ class Transaction:
 
     def stop(self, runtime: Runtime, instance: Instance, timeout_s: float, why: str) -> None:
         self.ctx.reporter.event(f"stopping {instance.deployment_id} ({why})")
-        with self.step("stop", instance=instance_to_dict(instance), why=why):
+        with self.step("stop", instance=dataclasses.asdict(instance), why=why):
             runtime.stop(instance, timeout_s)
 
     def start(self, runtime: Runtime, spec: LaunchSpec, why: str) -> Instance:
         self.ctx.reporter.event(f"starting {spec.deployment_id} [{spec.profile_name}] ({why})")
         with self.step("start", deployment_id=spec.deployment_id, argv=list(spec.argv), why=why):
             instance = runtime.start(spec)
-        self.store.update_deployment(spec.deployment_id, instance=instance_to_dict(instance))
+        self.store.update_deployment(spec.deployment_id, instance=instance)
         return instance
