@@ -214,6 +214,22 @@ def time_modes(call, n_layers, reps):
     return (statistics.median(graph) * 1e3 / n_layers, statistics.median(eager) * 1e3 / n_layers)
 
 
+def launch_floor_us(n=64, reps=50) -> float:
+    """Graph time per call of two dependent one-element kernels (our call's launch count):
+    what any two-kernel call costs on this GPU before it does work."""
+    x = torch.zeros(1, device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            x.add_(1.0)
+            x.mul_(1.0)
+    g.replay()
+    torch.cuda.synchronize()
+    t = statistics.median(events_ms(g.replay, reps)) * 1e3 / n
+    del g
+    return t
+
+
 def host_path_us(case, reps=300):
     samples = []
     for k in range(reps):
@@ -231,6 +247,11 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--wheels", default=os.path.join(os.path.dirname(HERE), ".whl"))
     ap.add_argument("--no-sweep", action="store_true", help="skip the min_blocks_per_cta sweep")
+    ap.add_argument(
+        "--variants", action="store_true", help="time every compiled kernel variant on every case"
+    )
+    ap.add_argument("--no-triton", action="store_true", help="skip SGLang's Triton kernel")
+    ap.add_argument("--cases", default=None, help="comma-separated DEFAULT_CASES indices")
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -256,11 +277,19 @@ def main():
         f"{(mma or 0) / 1e12:.1f} TFLOP/s ({mma_note})",
         flush=True,
     )
-    triton_fn, triton_note = load_extend_attention(args.wheels)
+    res["launch_floor_us"] = launch_floor_us()
+    print(f"two dependent empty kernels per call, graph: {res['launch_floor_us']:.2f} us", flush=True)
+    if args.no_triton:
+        triton_fn, triton_note = None, "skipped (--no-triton)"
+    else:
+        triton_fn, triton_note = load_extend_attention(args.wheels)
     res["triton"] = triton_note
     print(f"triton: {triton_note}", flush=True)
 
+    picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
+        if picked is not None and ci not in picked:
+            continue
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         floor_us = case.kv_bytes / bw * 1e6
         row = {
@@ -300,14 +329,14 @@ def main():
             case.ws.launch_parts = parts
             row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
         case.ws.launch_parts = 3
-        if not args.no_sweep and h == 8 and prefix >= 23000:
+        if args.variants or (not args.no_sweep and h == 8 and prefix >= 23000):
             from kdtree_mla import _C as _c
 
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                stages, tile = _c.VARIANTS[v][:2]
-                key = f"stages{stages}_n{tile}{'_pipe' if _c.VARIANTS[v][3] else ''}"
+                stages, tile, _, pipe, warps = _c.VARIANTS[v]
+                key = f"w{warps}_stages{stages}_n{tile}{'_pipe' if pipe else ''}"
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:
@@ -316,10 +345,11 @@ def main():
             row["variant_sweep_graph_us"] = variants
         if not args.no_sweep and b == 1 and h == 8:
             sweep = {}
+            default_mb = case.ws.min_blocks_per_cta
             for mb in (1, 2, 4, 8):
                 case.ws.min_blocks_per_cta = mb
                 sweep[mb] = time_modes(case.ours, case.n_layers, args.reps)[0]
-            case.ws.min_blocks_per_cta = 4
+            case.ws.min_blocks_per_cta = default_mb
             row["min_blocks_sweep_graph_us"] = sweep
         row["host_us"] = host_path_us(case)
         if triton_fn is not None:
@@ -341,6 +371,7 @@ def main():
         "\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
         "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |"
     )
+    variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
         print(
             f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
@@ -349,6 +380,12 @@ def main():
             f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
             f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |"
         )
+    if variant_keys:
+        print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")
+        for r in res["cases"]:
+            sw = r.get("variant_sweep_graph_us", {})
+            cells = [f"{sw[k]:.1f}" if isinstance(sw.get(k), float) else "-" for k in variant_keys]
+            print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

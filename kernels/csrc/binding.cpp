@@ -241,6 +241,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::kVariants[v].n,
-                                         kdtree_mla::variant_smem_bytes(v), kdtree_mla::kVariants[v].pipe));
-  m.attr("VARIANTS") = variants;  // (stages, KV tile tokens, dynamic smem bytes, pipelined)
+                                         kdtree_mla::variant_smem_bytes(v), kdtree_mla::kVariants[v].pipe,
+                                         kdtree_mla::kVariants[v].warps));
+  // (stages, KV tile tokens, dynamic smem bytes, pipelined, warps per CTA)
+  m.attr("VARIANTS") = variants;
 }

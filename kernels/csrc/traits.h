@@ -68,20 +68,24 @@ constexpr size_t verify_smem_bytes(int stages, int n = 32, bool pipe = false) {
 // sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block.
 constexpr size_t kSm120SmemLimit = 101376;
 
-// Compiled kernel variants: pipeline depth x KV tile. The launcher uses the default of the
-// largest class that fits the device's smem opt-in limit (VerifyParams.force_variant overrides,
-// for benchmarks). sm_120 gets kVariantSmall.
+// Compiled kernel variants: warps per CTA x pipeline depth (x KV tile). The launcher uses the
+// default of the largest class that fits the device's smem opt-in limit (VerifyParams.force_variant
+// overrides, for benchmarks). sm_120 gets kVariantSmall. The 16-warp kernels
+// (verify_kernel_w16.cuh) use the same shared-memory layout as the 8-warp ones.
 struct KernelVariant {
   int stages;
   int n;
   bool pipe;  // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
+  int warps;  // 8: verify_main_kernel, 16: verify_main16_kernel
 };
-// (A 2-stage 64-token tile variant measured 4-8% slower on the H200 and is not compiled.)
-constexpr KernelVariant kVariants[] = {{0, 0, false}, {2, 32, false}, {4, 32, false}, {5, 32, false},
-                                       {4, 32, true}};
+// (Measured on the H200 and dropped: a 2-stage 64-token tile, 4-8% slower; 4 and 5 stages
+// without the S/softmax overlap, within 2% of 2 stages.)
+constexpr KernelVariant kVariants[] = {{0, 0, false, 0},  {2, 32, false, 8}, {4, 32, true, 8},
+                                       {2, 32, false, 16}, {4, 32, true, 16}};
 constexpr int kNumVariants = 5;
 constexpr int kVariantSmall = 1;
-constexpr int kVariantLarge = 4;
+constexpr int kVariantLarge = 2;
+constexpr int variant_threads(int v) { return kVariants[v].warps * 32; }
 constexpr size_t variant_smem_bytes(int v) {
   return verify_smem_bytes(kVariants[v].stages, kVariants[v].n, kVariants[v].pipe);
 }

@@ -118,7 +118,8 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   return r;
 }
 
-// Block-wide sum of x over the CTA (all threads get it). warp_sums: kWarps ints of smem.
+// Block-wide sum of x over the CTA (all threads get it). warp_sums: kThreads / 32 ints of smem.
+template <int kThreads>
 __device__ __forceinline__ int block_sum(int x, int* warp_sums) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -127,7 +128,7 @@ __device__ __forceinline__ int block_sum(int x, int* warp_sums) {
   if (lane == 0) warp_sums[warp] = x;
   __syncthreads();
   int total = 0;
-  for (int i = 0; i < T::kWarps; ++i) total += warp_sums[i];
+  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
   return total;
 }
 
@@ -148,17 +149,17 @@ __device__ __forceinline__ int units_of(const Request& r, int q) {
 }
 
 // Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U).
-template <int kN>
+template <int kN, int kThreads>
 __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int w = 0, segs = 0;
-  for (int b = tid; b < p.batch; b += T::kThreads) {
+  for (int b = tid; b < p.batch; b += kThreads) {
     const Request r = load_request<kN>(p, b);
     w += r.mtiles * r.nblk;
     segs += r.nblk > 0 ? r.mtiles : 0;
   }
-  const int total_blocks = block_sum(w, warp_sums);
-  const int total_segs = block_sum(segs, warp_sums);
+  const int total_blocks = block_sum<kThreads>(w, warp_sums);
+  const int total_segs = block_sum<kThreads>(segs, warp_sums);
   const int min_blocks = max(p.min_blocks_per_cta, 1);
   Schedule s;
   if (total_segs * 4 <= p.num_ctas) {
@@ -169,7 +170,7 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   }
   const int q = s.blocks_per_unit;
   int carry = 0;
-  for (int base = 0; base < p.batch; base += T::kThreads) {
+  for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
     int x = b < p.batch ? units_of(load_request<kN>(p, b), q) : 0;
 #pragma unroll
@@ -181,7 +182,7 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
     int before = 0, total = 0;
-    for (int i = 0; i < T::kWarps; ++i) {
+    for (int i = 0; i < kThreads / 32; ++i) {
       if (i < warp) before += warp_sums[i];
       total += warp_sums[i];
     }
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 
   // ---- schedule (identical in every CTA) ----
   int* scan = reinterpret_cast<int*>(red_s);
-  const Schedule sch = make_schedule<kN>(p, scan, warp_sums);
+  const Schedule sch = make_schedule<kN, T::kThreads>(p, scan, warp_sums);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
     for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];

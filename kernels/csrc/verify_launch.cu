@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "verify_kernel.cuh"
+#include "verify_kernel_w16.cuh"
 #include "verify_launch.h"
 
 namespace kdtree_mla {
@@ -17,17 +18,21 @@ struct DeviceCache {
 };
 DeviceCache g_cache[kMaxDevices];
 
-template <int kStages, int kN, bool kPipe>
+template <int kStages, int kN, bool kPipe, int kWarps>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
   constexpr size_t smem = verify_smem_bytes(kStages, kN, kPipe);
-  auto kernel = detail::verify_main_kernel<kStages, kN, kPipe>;
+  void (*kernel)(VerifyParams);
+  if constexpr (kWarps == 16)
+    kernel = detail::verify_main16_kernel<kStages, kPipe>;
+  else
+    kernel = detail::verify_main_kernel<kStages, kN, kPipe>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  kernel<<<p.num_ctas, VerifyTraits::kThreads, smem, stream>>>(p);
+  kernel<<<p.num_ctas, kWarps * 32, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -64,10 +69,10 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, 32, false>(p, cache.attr_set[1], stream); break;
-      case 2: e = launch_main<4, 32, false>(p, cache.attr_set[2], stream); break;
-      case 3: e = launch_main<5, 32, false>(p, cache.attr_set[3], stream); break;
-      case 4: e = launch_main<4, 32, true>(p, cache.attr_set[4], stream); break;
+      case 1: e = launch_main<2, 32, false, 8>(p, cache.attr_set[1], stream); break;
+      case 2: e = launch_main<4, 32, true, 8>(p, cache.attr_set[2], stream); break;
+      case 3: e = launch_main<2, 32, false, 16>(p, cache.attr_set[3], stream); break;
+      case 4: e = launch_main<4, 32, true, 16>(p, cache.attr_set[4], stream); break;
       default: return cudaErrorInvalidValue;
     }
   }

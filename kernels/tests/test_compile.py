@@ -105,8 +105,14 @@ def launch_config() -> dict:
     for line in out.splitlines():
         key, *vals = line.split()
         if key.startswith("variant") and key[7:].isdigit():
-            stages, n, pipe, smem = (int(v) for v in vals)
-            cfg["variants"][int(key[7:])] = {"stages": stages, "n": n, "pipe": pipe, "smem": smem}
+            stages, n, pipe, smem, threads = (int(v) for v in vals)
+            cfg["variants"][int(key[7:])] = {
+                "stages": stages,
+                "n": n,
+                "pipe": pipe,
+                "smem": smem,
+                "threads": threads,
+            }
         else:
             cfg[key] = int(vals[0])
     return cfg
@@ -116,7 +122,7 @@ def launch_config() -> dict:
 def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
     funcs = ptxas_report(arch, tmp_path)
     cfg = launch_config()
-    main = {n: f for n, f in funcs.items() if "verify_main_kernel" in n}
+    main = {n: f for n, f in funcs.items() if "verify_main" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
     assert len(main) == len(cfg["variants"]) and len(combine) == 1, (
         f"unexpected kernels: {sorted(funcs)}"
@@ -127,20 +133,33 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         assert f["regs"] <= MAX_REGS, f"{arch} {name}: {f['regs']} registers"
         assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
     chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
-    var = cfg["variants"][chosen]
-    picked = [
-        f for n, f in main.items() if f"ILi{var['stages']}ELi{var['n']}ELb{var['pipe']}EE" in n
-    ]
-    assert len(picked) == 1, f"{arch}: no main kernel instantiated for variant {var}"
-    f = picked[0]
-    assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
-        f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B > {SMEM_LIMIT[arch]}"
-    )
-    # Registers are allocated per warp in units of 256: the block must fit one SM.
-    regs_alloc = -(-f["regs"] // 8) * 8
-    assert regs_alloc * cfg["threads"] <= REGS_PER_SM, (
-        f"{arch}: {f['regs']} regs x {cfg['threads']} threads"
-    )
+    checked = 0
+    for v, var in cfg["variants"].items():
+        f = main[kernel_symbol(main, var)]
+        # Registers are allocated per warp in units of 256: the block must fit one SM.
+        regs_alloc = -(-f["regs"] // 8) * 8
+        assert regs_alloc * var["threads"] <= REGS_PER_SM, (
+            f"{arch} variant {v}: {f['regs']} regs x {var['threads']} threads"
+        )
+        if v == chosen:
+            assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
+                f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B"
+                f" > {SMEM_LIMIT[arch]}"
+            )
+            checked += 1
+    assert checked == 1, f"{arch}: the launcher's variant {chosen} is not compiled"
+
+
+def kernel_symbol(main: dict, var: dict) -> str:
+    """The mangled name of the main kernel compiled for a variant (exactly one)."""
+    pipe = var["pipe"]
+    if var["threads"] == 512:
+        tag = f"verify_main16_kernelILi{var['stages']}ELb{pipe}EE"
+    else:
+        tag = f"verify_main_kernelILi{var['stages']}ELi{var['n']}ELb{pipe}EE"
+    names = [n for n in main if tag in n]
+    assert len(names) == 1, f"no single main kernel {tag} among {sorted(main)}"
+    return names[0]
 
 
 def test_sm120_gets_a_config_within_its_smem_limit():

@@ -198,12 +198,15 @@ def test_scheduler_grids(num_ctas, min_blocks):
     check(inp, workspace(inp, num_ctas=num_ctas, min_blocks=min_blocks))
 
 
+@pytest.mark.parametrize("heads", [8, 16, 64])
 @pytest.mark.parametrize("variant", [1, 2, 3, 4])
-def test_every_kernel_variant(variant):
+def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
 
-    inp = make_inputs([0, 5, 9000, 17, 300], [4, 1, 16, 4, 8], 16, device="cuda", seed=fresh_seed())
+    inp = make_inputs(
+        [0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], heads, device="cuda", seed=fresh_seed()
+    )
     ws = workspace(inp, num_ctas=37, min_blocks=1)
     ws.force_variant = variant
     optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
