@@ -335,8 +335,10 @@ def main():
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                stages, tile, _, pipe, warps = _c.VARIANTS[v]
+                stages, tile, _, pipe, warps, mode = _c.VARIANTS[v]
                 key = f"w{warps}_stages{stages}_n{tile}{'_pipe' if pipe else ''}"
+                key += ("_pf" if mode & 1 else "") + ("_loadonly" if mode & 2 else "")
+                key += "_mathonly" if mode & 4 else ""
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:

@@ -242,7 +242,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::kVariants[v].n,
                                          kdtree_mla::variant_smem_bytes(v), kdtree_mla::kVariants[v].pipe,
-                                         kdtree_mla::kVariants[v].warps));
-  // (stages, KV tile tokens, dynamic smem bytes, pipelined, warps per CTA)
+                                         kdtree_mla::kVariants[v].warps, kdtree_mla::kVariants[v].mode));
+  // (stages, KV tile tokens, dynamic smem bytes, pipelined, warps per CTA, mode)
   m.attr("VARIANTS") = variants;
 }

@@ -76,15 +76,19 @@ struct KernelVariant {
   int stages;
   int n;
   bool pipe;  // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
-  int warps;  // 8: verify_main_kernel, 16: verify_main16_kernel
+  int warps;  // 8: verify_main_kernel, 16: verify_main16_kernel, 9: verify_main_ws_kernel (8 math + 1 load warp)
+  int mode;   // 9 warps: bit 0 L2 prefetch, bit 1 loads only, bit 2 math only (diagnostics, wrong output)
 };
 // (Measured on the H200 and dropped: a 2-stage 64-token tile, 4-8% slower; 4 and 5 stages
 // without the S/softmax overlap, within 2% of 2 stages.)
-constexpr KernelVariant kVariants[] = {{0, 0, false, 0},  {2, 32, false, 8}, {4, 32, true, 8},
-                                       {2, 32, false, 16}, {4, 32, true, 16}};
-constexpr int kNumVariants = 5;
-constexpr int kVariantSmall = 1;
-constexpr int kVariantLarge = 2;
+constexpr KernelVariant kVariants[] = {
+    {0, 0, false, 0, 0},  {2, 32, false, 8, 0}, {4, 32, true, 8, 0}, {2, 32, false, 16, 0},
+    {4, 32, true, 16, 0}, {4, 32, true, 9, 0},  {2, 32, false, 9, 0}, {4, 32, true, 9, 1},
+    {5, 32, false, 9, 1}, {3, 32, false, 9, 1}, {4, 32, true, 9, 2}, {4, 32, true, 9, 4},
+    {2, 32, false, 9, 1}};
+constexpr int kNumVariants = 13;
+constexpr int kVariantSmall = 6;
+constexpr int kVariantLarge = 5;
 constexpr int variant_threads(int v) { return kVariants[v].warps * 32; }
 constexpr size_t variant_smem_bytes(int v) {
   return verify_smem_bytes(kVariants[v].stages, kVariants[v].n, kVariants[v].pipe);

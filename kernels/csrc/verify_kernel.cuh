@@ -88,7 +88,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 // Per-request geometry, read from the index pointers.
 struct Request {
-  int64_t qo_begin;   // first draft token (row of q / k_extend)
+  int qo_begin;       // first draft token (row of q / k_extend; T < 2^31)
   int64_t kv_begin;   // offset into kv_indices
   int64_t mask_begin;
   int draft;          // D_b
@@ -106,7 +106,7 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   const int64_t q1 = load_index(p.qo_indptr, b + 1, p.index64 & kQoIndptr64);
   const int64_t k0 = load_index(p.kv_indptr, b, p.index64 & kKvIndptr64);
   const int64_t k1 = load_index(p.kv_indptr, b + 1, p.index64 & kKvIndptr64);
-  r.qo_begin = q0;
+  r.qo_begin = static_cast<int>(q0);
   r.kv_begin = k0;
   r.draft = static_cast<int>(q1 - q0);
   r.prefix = static_cast<int>(k1 - k0);
@@ -651,6 +651,9 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
   __shared__ float scal_m[kW], scal_l[kW];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The next call's main kernel (a programmatic dependent) may be scheduled now; it waits for
+  // this grid's completion before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // main grid done, its writes visible
 #endif
   const int per_cta = p.sched[0];  // units per CTA

@@ -41,8 +41,39 @@ struct W16 {
   static_assert(kThreads / kSmTpr == T::kBlockM, "one softmax group per row");
 };
 
-template <int kStages, bool kPipe>
+// Bulk row copy (sm_90+, no tensor map): `bytes` from global to shared, completing on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// kMode bit 0: KV rows by bulk copies (one 1152-byte cp.async.bulk per token row, issued by
+// warp 0, completing on a per-stage mbarrier) instead of 16-byte cp.async from every thread.
+// kMode bit 1: diagnostic only, loads without any math (benchmarks the load path; wrong output).
+// kMode bit 2: diagnostic only, math without the KV loads (on whatever the stages hold).
+template <int kStages, bool kPipe, int kMode>
 __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const VerifyParams p) {
+  constexpr bool kBulk = kMode & 1, kMath = !(kMode & 2), kLoads = !(kMode & 4);
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   if constexpr (kPipe) {  // sm_90-only variant: smem beyond sm_120's limit, never launched there
@@ -65,6 +96,7 @@ __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const V
   __shared__ int warp_sums[W16::kWarps];
   __shared__ int start_info[2];
   __shared__ uint8_t mask_s[4 * 16];
+  __shared__ __align__(8) uint64_t full_bar[kStages];  // bulk mode: stage s's rows landed
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int mi = warp & 1, kg = (warp >> 1) & 3, ng = warp >> 3;
@@ -73,6 +105,10 @@ __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const V
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  if (kBulk && tid == 0) {
+    for (int s = 0; s < kStages; ++s) mbar_init(smem_u32(&full_bar[s]), 1);
+  }
+  uint32_t phase = 0;  // bulk mode: bit s = parity of stage s's next completion
 
   // ---- schedule (identical in every CTA; see verify_kernel.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
@@ -171,8 +207,43 @@ __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const V
       if (ld_sub < W16::kRowChunks - 64)
         cp_async16(dst_row + (ld_sub + 64) * 16, s + (src != nullptr ? 512 : 0), n);
     };
-    auto issue_block = [&](int stage, const __nv_bfloat16* src) {
-      copy_row(kv_base + stage * K::kStageBytes + ld_tok * T::kKvRowBytes, src);
+    // Bulk mode: lane r of warp 0 copies token row r; rows past the piece copy the block's
+    // first row instead (finite data; their P is exactly 0), so every stage expects 32 rows.
+    auto issue_block_bulk = [&](int blk) {
+      if (warp != 0) return;
+      const int stage = blk % kStages;
+      const uint32_t bar = smem_u32(&full_bar[stage]);
+      fence_proxy_async();  // the stage was last touched by ordinary loads/stores
+      if (lane == 0) mbar_expect_tx(bar, 32 * T::kHeadDim * 2);
+      __syncwarp();
+      const int k0 = tok_lo + blk * 32;
+      const int r = k0 + lane < tok_hi ? lane : 0;
+      const int k = k0 + r;
+      const __nv_bfloat16* src;
+      if (k < req.prefix) {
+        const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * 32 + r) * 8;
+        const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
+                                  : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
+        src = kbuf + idx * p.k_buf_stride;
+      } else {
+        src = kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
+      }
+      bulk_copy_g2s(kv_base + stage * K::kStageBytes + lane * T::kKvRowBytes, src, T::kHeadDim * 2, bar);
+    };
+    auto issue_block = [&](int blk) {
+      if constexpr (kBulk)
+        issue_block_bulk(blk);
+      else
+        copy_row(kv_base + (blk % kStages) * K::kStageBytes + ld_tok * T::kKvRowBytes, token_src(blk));
+    };
+    // Waits for block blk's KV rows (bulk mode: its stage's mbarrier; cp.async mode: the
+    // caller's cp_async_wait does it).
+    auto wait_block = [&](int blk) {
+      if constexpr (kBulk) {
+        const int stage = blk % kStages;
+        mbar_wait(smem_u32(&full_bar[stage]), (phase >> stage) & 1);
+        phase ^= 1u << stage;
+      }
     };
 
     // First cp.async group: the Q tile into the last stage buffer and the first indices.
@@ -211,7 +282,7 @@ __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const V
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < nb) issue_block(s, token_src(s));
+      if (kLoads && s < nb) issue_block(s);
       issue_idx(s + kStages);
       cp_async_commit();
     }
@@ -357,32 +428,40 @@ __global__ void __launch_bounds__(W16::kThreads, 1) verify_main16_kernel(const V
     };
     auto issue_next = [&](int i) {
       const int nxt = i + kStages - 1;
-      if (nxt < nb) issue_block(nxt % kStages, token_src(nxt));
+      if (kLoads && nxt < nb) issue_block(nxt);
       issue_idx(nxt + kStages);
       cp_async_commit();
     };
 
     if constexpr (!kPipe) {
       for (int i = 0; i < nb; ++i) {
-        cp_async_wait<kStages - 2>();  // block i landed
-        __syncthreads();               // and every warp is done with block i-1
-        compute_s(i, red_s);
+        // Block i landed (cp.async mode), or the indices block i+kStages-1 needs (bulk mode).
+        cp_async_wait<kBulk ? kStages - 1 : kStages - 2>();
+        wait_block(i);
+        __syncthreads();  // and every warp is done with block i-1
+        if (kMath) compute_s(i, red_s);
         issue_next(i);  // after S: issuing first costs this variant a register spill
         __syncthreads();
-        softmax(i, red_s);  // ends with a barrier: P (and alpha) complete
-        pv(i);
+        if (kMath) softmax(i, red_s);  // ends with a barrier: P (and alpha) complete
+        if (kMath) pv(i);
       }
     } else {
-      cp_async_wait<kStages - 2>();
+      if constexpr (!kBulk) cp_async_wait<kStages - 2>();
+      wait_block(0);
       __syncthreads();
-      compute_s(0, red_s);
+      if (kMath) compute_s(0, red_s);
       for (int i = 0; i < nb; ++i) {
-        cp_async_wait<kStages - 3>();  // block i+1 landed
-        __syncthreads();               // S partials of block i complete; PV of i-1 done
+        cp_async_wait<kBulk ? kStages - 1 : kStages - 3>();  // block i+1 landed / indices (bulk)
+        if (i + 1 < nb) wait_block(i + 1);
+        __syncthreads();  // S partials of block i complete; PV of i-1 done
         issue_next(i);
-        if (i + 1 < nb) compute_s(i + 1, (i + 1) & 1 ? red2_s : red_s);
-        softmax(i, i & 1 ? red2_s : red_s);
-        pv(i);
+        if (kMath) {
+          if (i + 1 < nb) compute_s(i + 1, (i + 1) & 1 ? red2_s : red_s);
+          softmax(i, i & 1 ? red2_s : red_s);
+          pv(i);
+        } else {
+          __syncthreads();
+        }
       }
     }
 

@@ -105,13 +105,14 @@ def launch_config() -> dict:
     for line in out.splitlines():
         key, *vals = line.split()
         if key.startswith("variant") and key[7:].isdigit():
-            stages, n, pipe, smem, threads = (int(v) for v in vals)
+            stages, n, pipe, smem, threads, mode = (int(v) for v in vals)
             cfg["variants"][int(key[7:])] = {
                 "stages": stages,
                 "n": n,
                 "pipe": pipe,
                 "smem": smem,
                 "threads": threads,
+                "mode": mode,
             }
         else:
             cfg[key] = int(vals[0])
@@ -153,8 +154,10 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
 def kernel_symbol(main: dict, var: dict) -> str:
     """The mangled name of the main kernel compiled for a variant (exactly one)."""
     pipe = var["pipe"]
-    if var["threads"] == 512:
-        tag = f"verify_main16_kernelILi{var['stages']}ELb{pipe}EE"
+    if var["threads"] == 288:  # 8 math warps + 1 load warp
+        tag = f"verify_main_ws_kernelILi{var['stages']}ELb{pipe}ELb1ELi{var['mode']}EE"
+    elif var["threads"] == 512:
+        tag = f"verify_main16_kernelILi{var['stages']}ELb{pipe}ELi{var['mode']}EE"
     else:
         tag = f"verify_main_kernelILi{var['stages']}ELi{var['n']}ELb{pipe}EE"
     names = [n for n in main if tag in n]

@@ -1,0 +1,556 @@
+// MLA target-verify attention, warp-specialised main kernel: 8 math warps + 1 load warp.
+//
+// Why. In the 8- and 16-warp kernels every warp both issues the KV copies and does the math.
+// Nsight Compute on the H200 showed the math warps stalled behind their own copy instructions
+// (a cp.async holds its address registers until the load/store unit takes it), and the
+// benchmark's diagnostic variants showed loads alone and math alone each taking 60-70% of the
+// full time: they were not overlapping. Here one extra warp does all copies, running up to
+// kStages elements ahead through a ring of shared-memory stages guarded by mbarriers:
+//   full[s]  completes when stage s holds its element (the copies signal it),
+//   empty[s] completes when all 16 math warps are done reading stage s.
+// The element stream of a piece (one M-tile over a range of KV blocks) is its Q tile (32 rows
+// x 576, copied into a stage like a KV block) followed by its KV blocks. Both sides walk the
+// same pieces from the same schedule, so they agree on every element's stage and phase.
+// Load modes: kBulk = one 1152-byte cp.async.bulk per row (lane r copies row r), else the
+// warp copies each row with coalesced 16-byte cp.async and signals full[s] through
+// cp.async.mbarrier.arrive.
+// Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over all 32
+// tokens (Q fragments 16 x 144: 36 registers), output columns [64 w, 64 w + 64) of O += P V,
+// and the lazy softmax of verify_kernel_w16.cuh (8 threads a row, 4 columns each). They sync
+// among themselves on named barrier 1 and store the epilogue straight from registers (the
+// stages may already hold the next piece). 9 warps fit 168 registers a thread (a 17th warp next
+// to 16 math warps would leave 96: the scheduler holding 5 warps has 16K registers).
+// Instructions: mma.sync, ldmatrix, cp.async(.bulk), mbarrier: sm_90 and sm_120 alike.
+#pragma once
+
+#include "verify_kernel_w16.cuh"
+
+namespace kdtree_mla {
+namespace detail {
+
+struct WS {
+  static constexpr int kMathWarps = 8;
+  static constexpr int kMathThreads = kMathWarps * 32;
+  static constexpr int kThreads = kMathThreads + 32;  // + the load warp
+  static constexpr int kRowBytes = T::kHeadDim * 2;   // 1152 bytes copied per row
+  static constexpr int kIdxAhead = T::kIdxRingBlocks - 1;  // index prefetch distance (blocks)
+  static constexpr int kKSteps = T::kKSteps;
+  static constexpr int kColsPerWarp = T::kHeadDimV / kMathWarps;  // 64
+  static constexpr int kSmTpr = kMathThreads / T::kBlockM;       // softmax threads per row: 8
+  static constexpr int kSmCols = 32 / kSmTpr;                     // 4
+  static constexpr float kRescaleLog2 = W16::kRescaleLog2;
+};
+
+__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(WS::kMathThreads) : "memory"); }
+__device__ __forceinline__ bool math_sync_or(bool x) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(x)), "n"(WS::kMathThreads)
+      : "memory");
+  return r != 0;
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Walks the pieces of one CTA's unit range (the same walk in both roles).
+struct PieceWalk {
+  Request req;
+  int b, mt, seg_units, unit_lo, seg_start, range_hi, q;
+  // Geometry of the current piece.
+  int nb, row0, tok_lo, tok_hi, unit_hi;
+
+  __device__ __forceinline__ void describe() {
+    unit_hi = min(seg_units, range_hi - seg_start);
+    const int blk_lo = unit_lo * q;
+    const int blk_hi = min(unit_hi * q, req.nblk);
+    nb = blk_hi - blk_lo;
+    row0 = mt * T::kBlockM;
+    tok_lo = blk_lo * 32;
+    tok_hi = min(blk_hi * 32, req.kv_len);
+  }
+  // Moves to the next piece; false when the range is done.
+  __device__ __forceinline__ bool next(const VerifyParams& p) {
+    if (seg_start + seg_units >= range_hi) return false;
+    seg_start += seg_units;
+    unit_lo = 0;
+    if (++mt >= req.mtiles) {
+      mt = 0;
+      do {
+        ++b;
+        req = load_request<32>(p, b);
+      } while (req.nblk == 0);
+      seg_units = (req.nblk + q - 1) / q;
+    }
+    describe();
+    return true;
+  }
+};
+
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// kFlags bit 0: the load warp also prefetches the rows of block i + kPrefetch into L2 (more
+// bytes in flight than the shared-memory stages hold). Bits 1 and 2 are benchmark
+// diagnostics with wrong output: 2 = loads only (math warps skip the math), 4 = math only
+// (the load warp copies nothing).
+template <int kStages, bool kPipe, bool kBulk, int kFlags = 0>
+__global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const VerifyParams p) {
+  constexpr bool kPrefetch = kFlags & 1, kMath = !(kFlags & 2), kCopy = !(kFlags & 4);
+  constexpr int kPfDist = 4;  // blocks
+  static_assert(kPfDist < WS::kIdxAhead, "prefetched rows need their indices");
+  static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  if constexpr (kStages > 2) {  // sm_90-only variants: smem beyond sm_120's limit, never launched there
+    __trap();
+    return;
+  } else
+#endif
+  {
+  using K = KvTile<32>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  constexpr int kReds = kPipe ? 2 : 1;
+  float* red_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes);
+  float* red2_s = red_s + (kPipe ? K::kRedBytes / 4 : 0);
+  __nv_bfloat16* p_s =
+      reinterpret_cast<__nv_bfloat16*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes);
+  float* alpha_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes);
+  float* inv_s = alpha_s + T::kBlockM;
+  uint8_t* idx_s = smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes + T::kRowStatBytes;
+  __shared__ int warp_sums[WS::kThreads / 32];
+  __shared__ int start_info[2];
+  __shared__ uint8_t mask_s[4 * 16];
+  __shared__ __align__(8) uint64_t full_bar[kStages];
+  __shared__ __align__(8) uint64_t empty_bar[kStages];
+  __shared__ PieceWalk math_walk;  // the math warps' walk (kept out of their registers)
+  __shared__ int math_more;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int cta = blockIdx.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_u32(&full_bar[s]), kBulk ? 1 : 32);
+      mbar_init(smem_u32(&empty_bar[s]), WS::kMathWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent: nothing above reads inputs; wait for the previous
+  // kernel's writes before anything below does.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+
+  // ---- schedule (identical in every CTA; see verify_kernel.cuh) ----
+  int* scan = reinterpret_cast<int*>(red_s);
+  const Schedule sch = make_schedule<32, WS::kThreads>(p, scan, warp_sums);
+  const int q = sch.blocks_per_unit;
+  if (cta == 0) {
+    for (int i = tid; i <= p.batch; i += WS::kThreads) p.sched[2 + i] = scan[i];
+    if (tid == 0) {
+      p.sched[0] = sch.units_per_cta;
+      p.sched[1] = q;
+    }
+    for (int b = tid; b < p.batch; b += WS::kThreads) {
+      const Request r = load_request<32>(p, b);
+      const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
+      for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
+    }
+  }
+  const int range_lo = cta * sch.units_per_cta;
+  const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
+  if (range_lo >= sch.total_units) return;
+  if (tid == 0) {
+    int lo = 0, hi = p.batch - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (scan[mid] <= range_lo) lo = mid; else hi = mid - 1;
+    }
+    start_info[0] = lo;
+    start_info[1] = scan[lo];
+  }
+  __syncthreads();  // last CTA-wide barrier: the roles split below
+  PieceWalk w;
+  w.b = start_info[0];
+  w.q = q;
+  w.range_hi = range_hi;
+  w.req = load_request<32>(p, w.b);
+  w.seg_units = (w.req.nblk + q - 1) / q;
+  {
+    const int off = range_lo - start_info[1];
+    w.mt = off / w.seg_units;
+    w.unit_lo = off - w.mt * w.seg_units;
+    w.seg_start = start_info[1] + w.mt * w.seg_units;
+  }
+  w.describe();
+  const uint32_t kv_base = smem_u32(smem);
+  const __nv_bfloat16* kbuf = static_cast<const __nv_bfloat16*>(p.k_buf);
+  const __nv_bfloat16* kext = static_cast<const __nv_bfloat16*>(p.k_ext);
+  const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
+  int elem = 0;  // running element count: stage elem % kStages, phase (elem / kStages) & 1
+
+  if (warp == WS::kMathWarps) {
+    // =============================== load warp ===============================
+    const bool idx64 = p.index64 & kKvIndices64;
+    const uint32_t idx_base = smem_u32(idx_s);
+    // Copies one element (32 rows; `src` is this lane's row) into the next stage.
+    auto put = [&](const __nv_bfloat16* src) {
+      const int stage = elem % kStages;
+      mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
+      const uint32_t full = smem_u32(&full_bar[stage]);
+      const uint32_t dst = kv_base + stage * K::kStageBytes;
+      if constexpr (!kCopy) {
+        if (lane == 0) mbar_arrive(full);
+      } else if constexpr (kBulk) {
+        if (lane == 0) mbar_expect_tx(full, 32 * WS::kRowBytes);
+        __syncwarp();
+        bulk_copy_g2s(dst + lane * T::kKvRowBytes, src, WS::kRowBytes, full);
+      } else {
+        const uint64_t me = reinterpret_cast<uint64_t>(src);
+#pragma unroll 4
+        for (int r = 0; r < 32; ++r) {
+          const __nv_bfloat16* s = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, me, r));
+          const uint32_t d = dst + r * T::kKvRowBytes;
+          cp_async16(d + lane * 16, s + lane * 8, 16);
+          cp_async16(d + (lane + 32) * 16, s + (lane + 32) * 8, 16);
+          if (lane < 8) cp_async16(d + (lane + 64) * 16, s + (lane + 64) * 8, 16);
+        }
+        cp_async_mbar_arrive(full);
+      }
+      ++elem;
+    };
+    do {
+      const Request& req = w.req;
+      auto issue_idx = [&](int blk) {
+        if (blk < w.nb) {
+          const int k = w.tok_lo + blk * 32 + lane;
+          if (k < w.tok_hi && k < req.prefix) {
+            const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * 32 + lane) * 8;
+            if (idx64)
+              cp_async_small<8>(dst, static_cast<const int64_t*>(p.kv_indices) + req.kv_begin + k);
+            else
+              cp_async_small<4>(dst, static_cast<const int32_t*>(p.kv_indices) + req.kv_begin + k);
+          }
+        }
+        cp_async_commit();
+      };
+#pragma unroll
+      for (int a = 0; a < WS::kIdxAhead; ++a) issue_idx(a);
+      {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
+        const int r = w.row0 + lane < req.rows ? w.row0 + lane : w.row0;
+        put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
+      }
+      // Source row of lane's token in block blk (padding rows repeat the block's first row).
+      auto row_src = [&](int blk) -> const __nv_bfloat16* {
+        const int k0 = w.tok_lo + blk * 32;
+        const int r = k0 + lane < w.tok_hi ? lane : 0;
+        const int k = k0 + r;
+        if (k < req.prefix) {
+          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * 32 + r) * 8;
+          const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
+                                    : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
+          return kbuf + idx * p.k_buf_stride;
+        }
+        return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
+      };
+      if constexpr (kPrefetch) {  // the first kPfDist blocks: their indices are in group 0..
+        cp_async_wait<WS::kIdxAhead - kPfDist>();
+        __syncwarp();
+        for (int blk = 0; blk < min(kPfDist, w.nb); ++blk) bulk_prefetch_l2(row_src(blk), WS::kRowBytes);
+      }
+      for (int blk = 0; blk < w.nb; ++blk) {
+        // This lane's index of block blk (and of blk + kPfDist when prefetching) landed, and
+        // lane 0's (padding rows read it).
+        cp_async_wait<kPrefetch ? WS::kIdxAhead - 1 - kPfDist : WS::kIdxAhead - 1>();
+        __syncwarp();
+        if (kPrefetch && blk + kPfDist < w.nb) bulk_prefetch_l2(row_src(blk + kPfDist), WS::kRowBytes);
+        put(row_src(blk));
+        __syncwarp();  // slots of block blk read before the ring slot is refilled
+        issue_idx(blk + WS::kIdxAhead);
+      }
+      cp_async_wait<0>();
+    } while (w.next(p));
+    return;
+  }
+
+  // =============================== math warps ===============================
+  if (tid == 0) math_walk = w;
+  math_sync();
+  const int mi = warp & 1, kg = warp >> 1;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int sm_row = tid / WS::kSmTpr, sm_col = (tid % WS::kSmTpr) * WS::kSmCols;
+  const int mat = lane >> 3, r8 = lane & 7;
+  auto wait_full = [&](int e) {
+    mbar_wait(smem_u32(&full_bar[e % kStages]), (e / kStages) & 1);
+  };
+  auto release = [&](int e) {  // this warp is done reading element e's stage
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_u32(&empty_bar[e % kStages]));
+  };
+  auto stage_addr = [&](int e) { return kv_base + (e % kStages) * K::kStageBytes; };
+
+  do {
+    const Request& req = math_walk.req;
+    const int nb = math_walk.nb, row0 = math_walk.row0, tok_lo = math_walk.tok_lo, tok_hi = math_walk.tok_hi;
+    const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / 32;
+    const int tok0 = row0 / p.num_heads;
+    if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
+      const int i = tok0 + (tid >> 4), j = tid & 15;
+      if (i < req.draft && j < req.draft)
+        mask_s[tid] = p.mask[req.mask_begin + int64_t(i) * req.kv_len + req.prefix + j];
+    }
+
+    // Q fragments (rows mi*16.., dims of k-group kg) from the piece's first element.
+    uint32_t qf[WS::kKSteps][4];
+    wait_full(elem);
+    if (kMath) {
+#pragma unroll
+    for (int ks = 0; ks < WS::kKSteps; ++ks)
+      ldmatrix_x4(qf[ks], stage_addr(elem) + (mi * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes +
+                              (kg * WS::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < WS::kKSteps; ++ks) qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u;
+    }
+    release(elem);
+    const int base = elem + 1;  // element of KV block 0
+    elem = base + nb;
+
+    float acc[2][8][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][ni][c] = 0.f;
+
+    const int q_row = row0 + sm_row;
+    const bool row_ok = q_row < req.rows;
+    const int q_tok = row_ok ? q_row / p.num_heads : 0;
+    const int mask_row = (q_tok - tok0) * 16;  // this row's draft-column bytes in mask_s
+    float m_run = -CUDART_INF_F, l_part = 0.f;
+    float v[WS::kSmCols];  // scaled logits of the current block (the slow path reuses them)
+
+    auto compute_s = [&](int blk, float* red_buf) {
+      float sa[2][2][4];  // [token half][n8 tile]
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) sa[h][ni][c] = 0.f;
+      const uint32_t kaddr = stage_addr(base + blk) + ((mat >> 1) * 8 + r8) * T::kKvRowBytes +
+                             (kg * WS::kKSteps * 16 + (mat & 1) * 8) * 2;
+#pragma unroll
+      for (int ks = 0; ks < WS::kKSteps; ++ks) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, kaddr + h * 16 * T::kKvRowBytes + ks * 32);
+          mma_bf16(sa[h][0], qf[ks], kb[0], kb[1]);
+          mma_bf16(sa[h][1], qf[ks], kb[2], kb[3]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = mi * 16 + g + half * 8;
+            const int c = h * 16 + ni * 8 + t4 * 2;
+            *reinterpret_cast<float2*>(&red_buf[(kg * T::kBlockM + r) * K::kRedRowFloats + c]) =
+                make_float2(sa[h][ni][half * 2], sa[h][ni][half * 2 + 1]);
+          }
+    };
+    auto softmax = [&](int blk, const float* red_buf) {
+      float4 x = *reinterpret_cast<const float4*>(&red_buf[sm_row * K::kRedRowFloats + sm_col]);
+#pragma unroll
+      for (int k = 1; k < T::kKGroups; ++k) {
+        const float4 y = *reinterpret_cast<const float4*>(
+            &red_buf[(k * T::kBlockM + sm_row) * K::kRedRowFloats + sm_col]);
+        x.x += y.x;
+        x.y += y.y;
+        x.z += y.z;
+        x.w += y.w;
+      }
+      v[0] = x.x * p.scale_log2;
+      v[1] = x.y * p.scale_log2;
+      v[2] = x.z * p.scale_log2;
+      v[3] = x.w * p.scale_log2;
+      const int kbase = tok_lo + blk * 32 + sm_col;
+#pragma unroll
+      for (int j = 0; j < WS::kSmCols; ++j) {
+        if (!row_ok) {
+          v[j] = -CUDART_INF_F;
+        } else if (blk >= plain_blocks) {
+          const int k = kbase + j;
+          bool ok = k < tok_hi;
+          if (ok && k >= req.prefix) {
+            const int dj = k - req.prefix;
+            if (p.mask == nullptr)
+              ok = dj <= q_tok;
+            else if (dj < 16)
+              ok = mask_s[mask_row + dj] != 0;
+            else
+              ok = p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0;
+          }
+          if (!ok) v[j] = -CUDART_INF_F;
+        }
+      }
+      const float lim = m_run + WS::kRescaleLog2;
+      bool need = false;
+      float pr[WS::kSmCols];
+      const float m_use = m_run == -CUDART_INF_F ? 0.f : m_run;
+      float psum = 0.f;
+#pragma unroll
+      for (int j = 0; j < WS::kSmCols; ++j) {
+        need |= v[j] > lim;
+        pr[j] = exp2f(v[j] - m_use);
+        psum += pr[j];
+      }
+      *reinterpret_cast<uint2*>(&p_s[sm_row * K::kPRowElems + sm_col]) =
+          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
+      if (!math_sync_or(need)) {
+        l_part += psum;
+        return;
+      }
+      // Rare: raise the row max to the true running max, rewrite P, rescale O.
+      float bmax = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+#pragma unroll
+      for (int o = 1; o < WS::kSmTpr; o <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
+      const float m_new = fmaxf(m_run, bmax);
+      const float m_use2 = m_new == -CUDART_INF_F ? 0.f : m_new;
+      const float alpha = exp2f(m_run - m_use2);
+      psum = 0.f;
+#pragma unroll
+      for (int j = 0; j < WS::kSmCols; ++j) {
+        pr[j] = exp2f(v[j] - m_use2);
+        psum += pr[j];
+      }
+      l_part = l_part * alpha + psum;
+      m_run = m_new;
+      *reinterpret_cast<uint2*>(&p_s[sm_row * K::kPRowElems + sm_col]) =
+          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
+      if (tid % WS::kSmTpr == 0) alpha_s[sm_row] = alpha;
+      math_sync();
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        const float a0 = alpha_s[a * 16 + g], a1 = alpha_s[a * 16 + g + 8];
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni) {
+          acc[a][ni][0] *= a0; acc[a][ni][1] *= a0;
+          acc[a][ni][2] *= a1; acc[a][ni][3] *= a1;
+        }
+      }
+    };
+    auto pv = [&](int blk) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t pa[2][4];
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+          ldmatrix_x4(pa[a], smem_u32(&p_s[(a * 16 + (mat & 1) * 8 + r8) * K::kPRowElems + kk * 16 +
+                                           (mat >> 1) * 8]));
+        const uint32_t vrow = stage_addr(base + blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, vrow + (warp * WS::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            mma_bf16(acc[a][nj * 2], pa[a], vb[0], vb[1]);
+            mma_bf16(acc[a][nj * 2 + 1], pa[a], vb[2], vb[3]);
+          }
+        }
+      }
+      release(base + blk);
+    };
+
+    if constexpr (!kMath) {
+      for (int i = 0; i < nb; ++i) {
+        wait_full(base + i);
+        release(base + i);
+      }
+    } else if constexpr (!kPipe) {
+      for (int i = 0; i < nb; ++i) {
+        wait_full(base + i);
+        compute_s(i, red_s);
+        math_sync();        // S partials complete (and every warp is past PV of block i-1)
+        softmax(i, red_s);  // its barrier: P complete
+        pv(i);
+      }
+    } else {
+      wait_full(base);
+      compute_s(0, red_s);
+      for (int i = 0; i < nb; ++i) {
+        if (i + 1 < nb) wait_full(base + i + 1);
+        math_sync();  // S partials of block i complete; PV of block i-1 done (P reusable)
+        if (i + 1 < nb) compute_s(i + 1, (i + 1) & 1 ? red2_s : red_s);
+        softmax(i, i & 1 ? red2_s : red_s);
+        pv(i);
+      }
+    }
+
+    // ---- epilogue: normalise and store straight from the accumulators ----
+    float l_run = l_part;
+#pragma unroll
+    for (int o = 1; o < WS::kSmTpr; o <<= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
+    const bool full = math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units;
+    const int slot = 2 * cta + (math_walk.unit_lo > 0 ? 0 : 1);
+    if (tid % WS::kSmTpr == 0) {
+      const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
+      inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
+      if (full) {
+        if (row_ok && p.lse != nullptr) {
+          const int64_t tok = req.qo_begin + q_row / p.num_heads;
+          p.lse[tok * p.lse_stride_t + q_row % p.num_heads] = lse2 * 0.69314718055994530942f;
+        }
+      } else {
+        p.part_lse[slot * T::kBlockM + sm_row] = lse2;
+      }
+    }
+    math_sync();
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = a * 16 + g + half * 8;
+        const float inv = inv_s[r];
+        const int qr = row0 + r;
+        const int col = warp * WS::kColsPerWarp + t4 * 2;
+        if (full) {
+          if (qr < req.rows) {
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
+                                 (qr % p.num_heads) * p.o_stride_h + col;
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+              *reinterpret_cast<uint32_t*>(dst + ni * 8) =
+                  pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+          }
+        } else {
+          float* dst = p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col;
+#pragma unroll
+          for (int ni = 0; ni < 8; ++ni)
+            *reinterpret_cast<float2*>(dst + ni * 8) =
+                make_float2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+        }
+      }
+    math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
+    if (tid == 0) math_more = math_walk.next(p);
+    math_sync();
+  } while (math_more);
+  }
+}
+
+}  // namespace detail
+}  // namespace kdtree_mla
