@@ -270,7 +270,7 @@ def main():
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
     print(
-        f"device {props.name} SMs {props.multi_processor_count} variant (stages, tile, smem) {res['variant']}"
+        f"device {props.name} SMs {props.multi_processor_count} variant (stages, smem, pipe, mode) {res['variant']}"
     )
     print(
         f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
@@ -278,7 +278,9 @@ def main():
         flush=True,
     )
     res["launch_floor_us"] = launch_floor_us()
-    print(f"two dependent empty kernels per call, graph: {res['launch_floor_us']:.2f} us", flush=True)
+    print(
+        f"two dependent empty kernels per call, graph: {res['launch_floor_us']:.2f} us", flush=True
+    )
     if args.no_triton:
         triton_fn, triton_note = None, "skipped (--no-triton)"
     else:
@@ -335,10 +337,9 @@ def main():
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                stages, tile, _, pipe, warps, mode = _c.VARIANTS[v]
-                key = f"w{warps}_stages{stages}_n{tile}{'_pipe' if pipe else ''}"
-                key += ("_pf" if mode & 1 else "") + ("_loadonly" if mode & 2 else "")
-                key += "_mathonly" if mode & 4 else ""
+                stages, _, pipe, mode = _c.VARIANTS[v]
+                key = f"stages{stages}{'_pipe' if pipe else ''}"
+                key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:

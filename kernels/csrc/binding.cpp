@@ -92,13 +92,45 @@ Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_
   return {};
 }
 
+// Device scratch of one kdtree_mla.api.VerifyWorkspace, handed over once (the workspace
+// allocates and shapes these tensors itself) so a call passes one object instead of eight
+// arguments: the host path of every layer's call is part of the eager step time.
+struct WorkspaceHandle {
+  Tensor part_o, part_lse, sched, tokinfo;
+  int64_t num_ctas = 0;
+  int64_t min_blocks_per_cta = 1;
+  int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
+  int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
+};
+
+Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) {
+  KD_CHECK_VALUE(w.num_ctas >= 1 && w.num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
+                 kCombineMaxParts - 1, " (got ", w.num_ctas, ")");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_o, "workspace.partial_o"},
+                                std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
+                                std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
+                                std::pair<const Tensor&, const char*>{w.tokinfo, "workspace.tokinfo"}}) {
+    KD_CHECK_VALUE(t.defined() && t.is_cuda() && t.device() == dev, name, ": must be on ", dev, " like q");
+  }
+  KD_CHECK_VALUE(w.part_o.scalar_type() == at::kFloat && w.part_o.is_contiguous() &&
+                     w.part_o.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM * VerifyTraits::kHeadDimV,
+                 "workspace.partial_o: must be contiguous float32 [2*num_ctas, 32, 512]");
+  KD_CHECK_VALUE(w.part_lse.scalar_type() == at::kFloat && w.part_lse.is_contiguous() &&
+                     w.part_lse.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM,
+                 "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
+  KD_CHECK_VALUE(w.sched.scalar_type() == at::kInt && w.sched.is_contiguous(),
+                 "workspace.sched: must be contiguous int32");
+  KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 * T &&
+                     reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
+                 "workspace.tokinfo: must be contiguous int32 [>= T, 4] (T=", T, " exceeds max_tokens?)");
+  return {};
+}
+
 Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
                 const Tensor& k_buffer, const Tensor& v_buffer, const Tensor& qo_indptr,
                 const Tensor& kv_indptr, const Tensor& kv_indices,
                 const std::optional<Tensor>& custom_mask, const std::optional<Tensor>& mask_indptr,
-                double sm_scale, const std::optional<Tensor>& lse, const Tensor& part_o,
-                const Tensor& part_lse, const Tensor& sched, const Tensor& tokinfo, int64_t num_ctas,
-                int64_t min_blocks_per_cta, int64_t parts, int64_t force_variant) {
+                double sm_scale, const std::optional<Tensor>& lse, const WorkspaceHandle& ws) {
   using Tr = VerifyTraits;
   KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
@@ -131,7 +163,8 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
 
   const int64_t B = qo_indptr.numel() - 1;
   KD_CHECK_VALUE(B >= 1, "qo_indptr: needs B+1 >= 2 elements (got ", qo_indptr.numel(), ")");
-  KD_CHECK_VALUE(B <= Tr::kMaxBatch && B + 3 <= sched.numel(), "qo_indptr: B=", B,
+  KD_TRY(check_workspace(ws, dev, T));
+  KD_CHECK_VALUE(B <= Tr::kMaxBatch && B + 3 <= ws.sched.numel(), "qo_indptr: B=", B,
                     " exceeds the workspace's max_batch");
   int index64 = 0;
   bool w64 = false;
@@ -170,24 +203,6 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
     lse_stride = l.stride(0);
   }
 
-  KD_CHECK_VALUE(num_ctas >= 1 && num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
-                    kCombineMaxParts - 1, " (got ", num_ctas, ")");
-  KD_TRY(check_cuda(part_o, "workspace.partial_o", dev));
-  KD_TRY(check_cuda(part_lse, "workspace.partial_lse", dev));
-  KD_TRY(check_cuda(sched, "workspace.sched", dev));
-  KD_CHECK_VALUE(part_o.scalar_type() == at::kFloat && part_o.is_contiguous() &&
-                        part_o.numel() >= 2 * num_ctas * Tr::kBlockM * Tr::kHeadDimV,
-                    "workspace.partial_o: must be contiguous float32 [2*num_ctas, 32, 512]");
-  KD_CHECK_VALUE(part_lse.scalar_type() == at::kFloat && part_lse.is_contiguous() &&
-                        part_lse.numel() >= 2 * num_ctas * Tr::kBlockM,
-                    "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
-  KD_CHECK_VALUE(sched.scalar_type() == at::kInt && sched.is_contiguous(),
-                    "workspace.sched: must be contiguous int32");
-  KD_TRY(check_cuda(tokinfo, "workspace.tokinfo", dev));
-  KD_CHECK_VALUE(tokinfo.scalar_type() == at::kInt && tokinfo.is_contiguous() && tokinfo.numel() >= 4 * T &&
-                     reinterpret_cast<uintptr_t>(tokinfo.data_ptr()) % 16 == 0,
-                 "workspace.tokinfo: must be contiguous int32 [>= T, 4] (T=", T, " exceeds max_tokens?)");
-
   VerifyParams p{};
   p.q = q.data_ptr();
   p.q_stride_t = q.stride(0);
@@ -211,17 +226,17 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.num_heads = static_cast<int>(H);
   p.num_tokens = static_cast<int>(T);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
-  p.part_o = part_o.data_ptr<float>();
-  p.part_lse = part_lse.data_ptr<float>();
-  p.sched = sched.data_ptr<int>();
-  p.tokinfo = tokinfo.data_ptr<int>();
-  p.num_ctas = static_cast<int>(num_ctas);
-  p.min_blocks_per_cta = static_cast<int>(min_blocks_per_cta);
-  p.force_variant = static_cast<int>(force_variant);
+  p.part_o = ws.part_o.data_ptr<float>();
+  p.part_lse = ws.part_lse.data_ptr<float>();
+  p.sched = ws.sched.data_ptr<int>();
+  p.tokinfo = ws.tokinfo.data_ptr<int>();
+  p.num_ctas = static_cast<int>(ws.num_ctas);
+  p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
+  p.force_variant = static_cast<int>(ws.force_variant);
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
-                                        static_cast<int>(parts));
+                                        static_cast<int>(ws.launch_parts));
   KD_CHECK(err == cudaSuccess, "RuntimeError", "kdtree_mla verify launch failed: ", cudaGetErrorString(err));
   return {};
 }
@@ -233,6 +248,21 @@ int variant_for_device(int64_t device) { return verify_variant_for_device(static
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "MLA target-verify attention kernels (see kdtree_mla.api)";
+  using kdtree_mla::WorkspaceHandle;
+  pybind11::class_<WorkspaceHandle>(m, "Workspace", "device scratch of a VerifyWorkspace (see kdtree_mla.api)")
+      .def(pybind11::init([](at::Tensor part_o, at::Tensor part_lse, at::Tensor sched, at::Tensor tokinfo,
+                             int64_t num_ctas) {
+        WorkspaceHandle w;
+        w.part_o = std::move(part_o);
+        w.part_lse = std::move(part_lse);
+        w.sched = std::move(sched);
+        w.tokinfo = std::move(tokinfo);
+        w.num_ctas = num_ctas;
+        return w;
+      }))
+      .def_readwrite("min_blocks_per_cta", &WorkspaceHandle::min_blocks_per_cta)
+      .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
+      .def_readwrite("force_variant", &WorkspaceHandle::force_variant);
   m.def("verify_fwd", &kdtree_mla::verify_fwd,
         "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
   m.def("variant_for_device", &kdtree_mla::variant_for_device,
@@ -240,9 +270,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
-    variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::kVariants[v].n,
-                                         kdtree_mla::variant_smem_bytes(v), kdtree_mla::kVariants[v].pipe,
-                                         kdtree_mla::kVariants[v].warps, kdtree_mla::kVariants[v].mode));
-  // (stages, KV tile tokens, dynamic smem bytes, pipelined, warps per CTA, mode)
+    variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::variant_smem_bytes(v),
+                                         kdtree_mla::kVariants[v].pipe, kdtree_mla::kVariants[v].mode));
+  // (pipeline stages, dynamic smem bytes, pipelined, mode: 0, or 2 loads only / 4 math only)
   m.attr("VARIANTS") = variants;
 }

@@ -2,9 +2,8 @@
 // kernel, launches the main and combine kernels. Host state is cached; nothing synchronises.
 #include <atomic>
 
-#include "verify_kernel.cuh"
-#include "verify_kernel_w16.cuh"
-#include "verify_kernel_ws.cuh"
+#include "verify_combine.cuh"
+#include "verify_main.cuh"
 #include "verify_launch.h"
 
 namespace kdtree_mla {
@@ -19,31 +18,21 @@ struct DeviceCache {
 };
 DeviceCache g_cache[kMaxDevices];
 
-template <int kStages, int kN, bool kPipe, int kWarps, int kMode = 0>
+template <int kStages, bool kPipe, int kMode>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
-  constexpr size_t smem = verify_smem_bytes(kStages, kN, kPipe);
-  void (*kernel)(VerifyParams);
-  if constexpr (kWarps == 9)
-    kernel = detail::verify_main_ws_kernel<kStages, kPipe, true, kMode>;
-  else if constexpr (kWarps == 16)
-    kernel = detail::verify_main16_kernel<kStages, kPipe, kMode>;
-  else
-    kernel = detail::verify_main_kernel<kStages, kN, kPipe>;
+  constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
+  auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  if constexpr (kWarps != 9) {
-    kernel<<<p.num_ctas, kWarps * 32, smem, stream>>>(p);
-    return cudaGetLastError();
-  }
   // Programmatic dependent launch: the grid may be scheduled while the previous kernel in the
   // stream drains; it executes griddepcontrol.wait before reading any input.
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.num_ctas);
-  cfg.blockDim = dim3(kWarps * 32);
+  cfg.blockDim = dim3(VerifyTraits::kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -89,18 +78,12 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, 32, false, 8>(p, cache.attr_set[1], stream); break;
-      case 2: e = launch_main<4, 32, true, 8>(p, cache.attr_set[2], stream); break;
-      case 3: e = launch_main<2, 32, false, 16>(p, cache.attr_set[3], stream); break;
-      case 4: e = launch_main<4, 32, true, 16>(p, cache.attr_set[4], stream); break;
-      case 5: e = launch_main<4, 32, true, 9, 0>(p, cache.attr_set[5], stream); break;
-      case 6: e = launch_main<2, 32, false, 9, 0>(p, cache.attr_set[6], stream); break;
-      case 7: e = launch_main<4, 32, true, 9, 1>(p, cache.attr_set[7], stream); break;
-      case 8: e = launch_main<5, 32, false, 9, 1>(p, cache.attr_set[8], stream); break;
-      case 9: e = launch_main<3, 32, false, 9, 1>(p, cache.attr_set[9], stream); break;
-      case 10: e = launch_main<4, 32, true, 9, 2>(p, cache.attr_set[10], stream); break;
-      case 11: e = launch_main<4, 32, true, 9, 4>(p, cache.attr_set[11], stream); break;
-      case 12: e = launch_main<2, 32, false, 9, 1>(p, cache.attr_set[12], stream); break;
+      case 1: e = launch_main<2, false, 0>(p, cache.attr_set[1], stream); break;
+      case 2: e = launch_main<4, true, 0>(p, cache.attr_set[2], stream); break;
+      case 3: e = launch_main<3, false, 0>(p, cache.attr_set[3], stream); break;
+      case 4: e = launch_main<5, false, 0>(p, cache.attr_set[4], stream); break;
+      case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream); break;
+      case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream); break;
       default: return cudaErrorInvalidValue;
     }
   }

@@ -221,15 +221,41 @@ class VerifyWorkspace:
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
         # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
-        # Lower bound on the 32-token KV blocks one CTA takes: fewer, longer CTA ranges cost
-        # less partial-result traffic on short contexts. Plain host int: changing it between
-        # eager calls is fine; a captured graph keeps the value it was captured with.
-        self.min_blocks_per_cta = 2
-        # Diagnostic for benchmarks only: 1 = main kernel alone, 2 = combine alone, 3 = both.
-        self.launch_parts = 3
-        # Diagnostic for benchmarks only: kernel variant, an index into _C.VARIANTS
-        # (0 = the launcher's choice for the device).
-        self.force_variant = 0
+        # Launch options, held by the extension's Workspace object (one argument per call
+        # instead of eight: the host path is part of every eager layer's time). Changing one
+        # between eager calls is fine; a captured graph keeps the values it was captured with.
+        #   min_blocks_per_cta: lower bound on the 32-token KV blocks one CTA takes.
+        #   launch_parts (benchmarks only): 1 = main kernel alone, 2 = combine alone, 3 = both.
+        #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
+        self._options = {"min_blocks_per_cta": 1, "launch_parts": 3, "force_variant": 0}
+        self._handle = None
+
+    def _make_handle(self):
+        h = (_EXT or _load_ext()).Workspace(
+            self.partial_o, self.partial_lse, self.sched, self.tokinfo, self.num_ctas
+        )
+        for name, value in self._options.items():
+            setattr(h, name, value)
+        self._handle = h
+        return h
+
+    def _set_option(self, name: str, value: int) -> None:
+        self._options[name] = int(value)
+        if self._handle is not None:
+            setattr(self._handle, name, int(value))
+
+    min_blocks_per_cta = property(
+        lambda self: self._options["min_blocks_per_cta"],
+        lambda self, v: self._set_option("min_blocks_per_cta", v),
+    )
+    launch_parts = property(
+        lambda self: self._options["launch_parts"],
+        lambda self, v: self._set_option("launch_parts", v),
+    )
+    force_variant = property(
+        lambda self: self._options["force_variant"],
+        lambda self, v: self._set_option("force_variant", v),
+    )
 
     @property
     def nbytes(self) -> int:
@@ -277,14 +303,7 @@ def _launch(
         mask_indptr,
         float(sm_scale),
         lse,
-        workspace.partial_o,
-        workspace.partial_lse,
-        workspace.sched,
-        workspace.tokinfo,
-        workspace.num_ctas,
-        workspace.min_blocks_per_cta,
-        workspace.launch_parts,
-        workspace.force_variant,
+        workspace._handle or workspace._make_handle(),
     )
     if err:
         _raise(err)

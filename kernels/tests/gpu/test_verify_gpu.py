@@ -199,7 +199,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
 
 
 @pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6, 7, 8, 9, 12])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4])
 def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
@@ -210,7 +210,7 @@ def test_every_kernel_variant(variant, heads):
     ws = workspace(inp, num_ctas=37, min_blocks=1)
     ws.force_variant = variant
     optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
-    if _C.VARIANTS[variant][2] > optin:
+    if _C.VARIANTS[variant][1] > optin:
         with pytest.raises(RuntimeError, match="launch failed"):
             run_kernel(inp, ws)
         return

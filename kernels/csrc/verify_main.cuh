@@ -1,64 +1,50 @@
-// MLA target-verify attention, warp-specialised main kernel: 8 math warps + 1 load warp.
+// MLA target-verify attention, main kernel: 8 math warps + 1 load warp per CTA.
 //
-// Why. In the 8- and 16-warp kernels every warp both issues the KV copies and does the math.
-// Nsight Compute on the H200 showed the math warps stalled behind their own copy instructions
-// (a cp.async holds its address registers until the load/store unit takes it), and the
-// benchmark's diagnostic variants showed loads alone and math alone each taking 60-70% of the
-// full time: they were not overlapping. Here one extra warp does all copies, running up to
-// kStages elements ahead through a ring of shared-memory stages guarded by mbarriers:
-//   full[s]  completes when stage s holds its element (the copies signal it),
-//   empty[s] completes when all 16 math warps are done reading stage s.
+// The load warp does all global-to-shared copies, running up to kStages elements ahead of the
+// math warps through a ring of shared-memory stages guarded by mbarriers:
+//   full[s]  completes when stage s holds its element (bulk-copy transaction count),
+//   empty[s] completes when all 8 math warps are done reading stage s.
 // The element stream of a piece (one M-tile over a range of KV blocks) is its Q tile (32 rows
-// x 576, copied into a stage like a KV block) followed by its KV blocks. Both sides walk the
-// same pieces from the same schedule, so they agree on every element's stage and phase.
-// Load modes: kBulk = one 1152-byte cp.async.bulk per row (lane r copies row r), else the
-// warp copies each row with coalesced 16-byte cp.async and signals full[s] through
-// cp.async.mbarrier.arrive.
-// Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over all 32
-// tokens (Q fragments 16 x 144: 36 registers), output columns [64 w, 64 w + 64) of O += P V,
-// and the lazy softmax of verify_kernel_w16.cuh (8 threads a row, 4 columns each). They sync
-// among themselves on named barrier 1 and store the epilogue straight from registers (the
-// stages may already hold the next piece). 9 warps fit 168 registers a thread (a 17th warp next
-// to 16 math warps would leave 96: the scheduler holding 5 warps has 16K registers).
-// Instructions: mma.sync, ldmatrix, cp.async(.bulk), mbarrier: sm_90 and sm_120 alike.
+// x 576, copied into a stage like a KV block) followed by its KV blocks. Both roles walk the
+// same pieces from the same schedule, so they agree on every element's stage and phase. Each
+// row is one 1152-byte cp.async.bulk issued by its own lane (lane r copies row r); the pool
+// indices of prefix tokens reach a shared ring by cp.async kIdxAhead blocks earlier.
+// Why a separate load warp: when every warp issued its share of 16-byte cp.async copies, the
+// math warps stalled behind their own copy instructions and loads and math did not overlap
+// (docs/kernel-benchmarks.md has the measurements).
+//
+// Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over the
+// block's 32 tokens (its Q fragments, 16 x 144, stay in registers for the piece); the four
+// k-group partials meet in shared memory; the softmax (8 threads a row, 4 columns each) keeps a
+// lazy running max: a row's max is raised, and O rescaled, only when a logit exceeds it by
+// more than kRescaleLog2, decided for the whole CTA by one barrier reduction, so the common
+// block has no shuffles and no rescale, and the row sum is reduced once at the end. Warp w
+// then accumulates output columns [64 w, 64 w + 64) of P V (V = the first 512 columns of the
+// same stage). The kPipe variant computes S of block i+1 before the softmax of block i
+// (double-buffered partials). The math warps sync on named barrier 1 and write the epilogue
+// from registers (the stages may already hold the next piece). 9 warps fit 168 registers a
+// thread; a 17th warp beside 16 math warps would leave 96 (the scheduler holding 5 warps has
+// 16K registers), which is why there are 8 math warps.
 #pragma once
 
-#include "verify_kernel_w16.cuh"
+#include "verify_common.cuh"
 
 namespace kdtree_mla {
 namespace detail {
 
-struct WS {
-  static constexpr int kMathWarps = 8;
-  static constexpr int kMathThreads = kMathWarps * 32;
-  static constexpr int kThreads = kMathThreads + 32;  // + the load warp
-  static constexpr int kRowBytes = T::kHeadDim * 2;   // 1152 bytes copied per row
-  static constexpr int kIdxAhead = T::kIdxRingBlocks - 1;  // index prefetch distance (blocks)
-  static constexpr int kKSteps = T::kKSteps;
-  static constexpr int kColsPerWarp = T::kHeadDimV / kMathWarps;  // 64
-  static constexpr int kSmTpr = kMathThreads / T::kBlockM;       // softmax threads per row: 8
-  static constexpr int kSmCols = 32 / kSmTpr;                     // 4
-  static constexpr float kRescaleLog2 = W16::kRescaleLog2;
-};
-
-__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(WS::kMathThreads) : "memory"); }
+__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(T::kMathThreads) : "memory"); }
 __device__ __forceinline__ bool math_sync_or(bool x) {
   uint32_t r;
   asm volatile(
       "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
       : "=r"(r)
-      : "r"(static_cast<uint32_t>(x)), "n"(WS::kMathThreads)
+      : "r"(static_cast<uint32_t>(x)), "n"(T::kMathThreads)
       : "memory");
   return r != 0;
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Arrives on `bar` once all of this thread's earlier cp.async copies have landed.
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 // Walks the pieces of one CTA's unit range (the same walk in both roles).
 struct PieceWalk {
   Request req;
@@ -72,8 +58,8 @@ struct PieceWalk {
     const int blk_hi = min(unit_hi * q, req.nblk);
     nb = blk_hi - blk_lo;
     row0 = mt * T::kBlockM;
-    tok_lo = blk_lo * 32;
-    tok_hi = min(blk_hi * 32, req.kv_len);
+    tok_lo = blk_lo * T::kBlockN;
+    tok_hi = min(blk_hi * T::kBlockN, req.kv_len);
   }
   // Moves to the next piece; false when the range is done.
   __device__ __forceinline__ bool next(const VerifyParams& p) {
@@ -84,7 +70,7 @@ struct PieceWalk {
       mt = 0;
       do {
         ++b;
-        req = load_request<32>(p, b);
+        req = load_request(p, b);
       } while (req.nblk == 0);
       seg_units = (req.nblk + q - 1) / q;
     }
@@ -93,19 +79,11 @@ struct PieceWalk {
   }
 };
 
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
-// kFlags bit 0: the load warp also prefetches the rows of block i + kPrefetch into L2 (more
-// bytes in flight than the shared-memory stages hold). Bits 1 and 2 are benchmark
-// diagnostics with wrong output: 2 = loads only (math warps skip the math), 4 = math only
-// (the load warp copies nothing).
-template <int kStages, bool kPipe, bool kBulk, int kFlags = 0>
-__global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const VerifyParams p) {
-  constexpr bool kPrefetch = kFlags & 1, kMath = !(kFlags & 2), kCopy = !(kFlags & 4);
-  constexpr int kPfDist = 4;  // blocks
-  static_assert(kPfDist < WS::kIdxAhead, "prefetched rows need their indices");
+// kMode 2 and 4: benchmark diagnostics with wrong output (traits.h kVariants).
+template <int kStages, bool kPipe, int kMode>
+__global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
+  constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4);
+  constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   if constexpr (kStages > 2) {  // sm_90-only variants: smem beyond sm_120's limit, never launched there
@@ -114,17 +92,16 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
   } else
 #endif
   {
-  using K = KvTile<32>;
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int kReds = kPipe ? 2 : 1;
-  float* red_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes);
-  float* red2_s = red_s + (kPipe ? K::kRedBytes / 4 : 0);
+  float* red_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes);
+  float* red2_s = red_s + (kPipe ? T::kRedBytes / 4 : 0);
   __nv_bfloat16* p_s =
-      reinterpret_cast<__nv_bfloat16*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes);
-  float* alpha_s = reinterpret_cast<float*>(smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes);
+      reinterpret_cast<__nv_bfloat16*>(smem + kStages * T::kStageBytes + kReds * T::kRedBytes);
+  float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;
-  uint8_t* idx_s = smem + kStages * K::kStageBytes + kReds * K::kRedBytes + K::kPBytes + T::kRowStatBytes;
-  __shared__ int warp_sums[WS::kThreads / 32];
+  uint8_t* idx_s = smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes + T::kRowStatBytes;
+  __shared__ int warp_sums[T::kThreads / 32];
   __shared__ int start_info[2];
   __shared__ uint8_t mask_s[4 * 16];
   __shared__ __align__(8) uint64_t full_bar[kStages];
@@ -139,8 +116,8 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
 #endif
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), kBulk ? 1 : 32);
-      mbar_init(smem_u32(&empty_bar[s]), WS::kMathWarps);
+      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
@@ -152,16 +129,16 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
 
   // ---- schedule (identical in every CTA; see verify_kernel.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
-  const Schedule sch = make_schedule<32, WS::kThreads>(p, scan, warp_sums);
+  const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
-    for (int i = tid; i <= p.batch; i += WS::kThreads) p.sched[2 + i] = scan[i];
+    for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
     if (tid == 0) {
       p.sched[0] = sch.units_per_cta;
       p.sched[1] = q;
     }
-    for (int b = tid; b < p.batch; b += WS::kThreads) {
-      const Request r = load_request<32>(p, b);
+    for (int b = tid; b < p.batch; b += T::kThreads) {
+      const Request r = load_request(p, b);
       const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
       for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
     }
@@ -183,7 +160,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
   w.b = start_info[0];
   w.q = q;
   w.range_hi = range_hi;
-  w.req = load_request<32>(p, w.b);
+  w.req = load_request(p, w.b);
   w.seg_units = (w.req.nblk + q - 1) / q;
   {
     const int off = range_lo - start_info[1];
@@ -198,7 +175,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
   const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
   int elem = 0;  // running element count: stage elem % kStages, phase (elem / kStages) & 1
 
-  if (warp == WS::kMathWarps) {
+  if (warp == T::kMathWarps) {
     // =============================== load warp ===============================
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
@@ -207,24 +184,13 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
       const uint32_t full = smem_u32(&full_bar[stage]);
-      const uint32_t dst = kv_base + stage * K::kStageBytes;
+      const uint32_t dst = kv_base + stage * T::kStageBytes;
       if constexpr (!kCopy) {
         if (lane == 0) mbar_arrive(full);
-      } else if constexpr (kBulk) {
-        if (lane == 0) mbar_expect_tx(full, 32 * WS::kRowBytes);
-        __syncwarp();
-        bulk_copy_g2s(dst + lane * T::kKvRowBytes, src, WS::kRowBytes, full);
       } else {
-        const uint64_t me = reinterpret_cast<uint64_t>(src);
-#pragma unroll 4
-        for (int r = 0; r < 32; ++r) {
-          const __nv_bfloat16* s = reinterpret_cast<const __nv_bfloat16*>(__shfl_sync(0xffffffffu, me, r));
-          const uint32_t d = dst + r * T::kKvRowBytes;
-          cp_async16(d + lane * 16, s + lane * 8, 16);
-          cp_async16(d + (lane + 32) * 16, s + (lane + 32) * 8, 16);
-          if (lane < 8) cp_async16(d + (lane + 64) * 16, s + (lane + 64) * 8, 16);
-        }
-        cp_async_mbar_arrive(full);
+        if (lane == 0) mbar_expect_tx(full, 32 * kRowBytes);
+        __syncwarp();
+        bulk_copy_g2s(dst + lane * T::kKvRowBytes, src, kRowBytes, full);
       }
       ++elem;
     };
@@ -244,7 +210,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
         cp_async_commit();
       };
 #pragma unroll
-      for (int a = 0; a < WS::kIdxAhead; ++a) issue_idx(a);
+      for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
       {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
         const int r = w.row0 + lane < req.rows ? w.row0 + lane : w.row0;
         put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
@@ -262,20 +228,12 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
         }
         return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
       };
-      if constexpr (kPrefetch) {  // the first kPfDist blocks: their indices are in group 0..
-        cp_async_wait<WS::kIdxAhead - kPfDist>();
-        __syncwarp();
-        for (int blk = 0; blk < min(kPfDist, w.nb); ++blk) bulk_prefetch_l2(row_src(blk), WS::kRowBytes);
-      }
       for (int blk = 0; blk < w.nb; ++blk) {
-        // This lane's index of block blk (and of blk + kPfDist when prefetching) landed, and
-        // lane 0's (padding rows read it).
-        cp_async_wait<kPrefetch ? WS::kIdxAhead - 1 - kPfDist : WS::kIdxAhead - 1>();
-        __syncwarp();
-        if (kPrefetch && blk + kPfDist < w.nb) bulk_prefetch_l2(row_src(blk + kPfDist), WS::kRowBytes);
+        cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed,
+        __syncwarp();                        // and lane 0's (padding rows read it)
         put(row_src(blk));
         __syncwarp();  // slots of block blk read before the ring slot is refilled
-        issue_idx(blk + WS::kIdxAhead);
+        issue_idx(blk + T::kIdxAhead);
       }
       cp_async_wait<0>();
     } while (w.next(p));
@@ -287,7 +245,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
   math_sync();
   const int mi = warp & 1, kg = warp >> 1;
   const int g = lane >> 2, t4 = lane & 3;
-  const int sm_row = tid / WS::kSmTpr, sm_col = (tid % WS::kSmTpr) * WS::kSmCols;
+  const int sm_row = tid / T::kSmTpr, sm_col = (tid % T::kSmTpr) * T::kSmCols;
   const int mat = lane >> 3, r8 = lane & 7;
   auto wait_full = [&](int e) {
     mbar_wait(smem_u32(&full_bar[e % kStages]), (e / kStages) & 1);
@@ -296,7 +254,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_u32(&empty_bar[e % kStages]));
   };
-  auto stage_addr = [&](int e) { return kv_base + (e % kStages) * K::kStageBytes; };
+  auto stage_addr = [&](int e) { return kv_base + (e % kStages) * T::kStageBytes; };
 
   do {
     const Request& req = math_walk.req;
@@ -310,16 +268,16 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
     }
 
     // Q fragments (rows mi*16.., dims of k-group kg) from the piece's first element.
-    uint32_t qf[WS::kKSteps][4];
+    uint32_t qf[T::kKSteps][4];
     wait_full(elem);
     if (kMath) {
 #pragma unroll
-    for (int ks = 0; ks < WS::kKSteps; ++ks)
+    for (int ks = 0; ks < T::kKSteps; ++ks)
       ldmatrix_x4(qf[ks], stage_addr(elem) + (mi * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes +
-                              (kg * WS::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
+                              (kg * T::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
     } else {
 #pragma unroll
-      for (int ks = 0; ks < WS::kKSteps; ++ks) qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u;
+      for (int ks = 0; ks < T::kKSteps; ++ks) qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u;
     }
     release(elem);
     const int base = elem + 1;  // element of KV block 0
@@ -338,7 +296,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
     const int q_tok = row_ok ? q_row / p.num_heads : 0;
     const int mask_row = (q_tok - tok0) * 16;  // this row's draft-column bytes in mask_s
     float m_run = -CUDART_INF_F, l_part = 0.f;
-    float v[WS::kSmCols];  // scaled logits of the current block (the slow path reuses them)
+    float v[T::kSmCols];  // scaled logits of the current block (the slow path reuses them)
 
     auto compute_s = [&](int blk, float* red_buf) {
       float sa[2][2][4];  // [token half][n8 tile]
@@ -349,9 +307,9 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
 #pragma unroll
           for (int c = 0; c < 4; ++c) sa[h][ni][c] = 0.f;
       const uint32_t kaddr = stage_addr(base + blk) + ((mat >> 1) * 8 + r8) * T::kKvRowBytes +
-                             (kg * WS::kKSteps * 16 + (mat & 1) * 8) * 2;
+                             (kg * T::kKSteps * 16 + (mat & 1) * 8) * 2;
 #pragma unroll
-      for (int ks = 0; ks < WS::kKSteps; ++ks) {
+      for (int ks = 0; ks < T::kKSteps; ++ks) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           uint32_t kb[4];
@@ -368,16 +326,16 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
           for (int half = 0; half < 2; ++half) {
             const int r = mi * 16 + g + half * 8;
             const int c = h * 16 + ni * 8 + t4 * 2;
-            *reinterpret_cast<float2*>(&red_buf[(kg * T::kBlockM + r) * K::kRedRowFloats + c]) =
+            *reinterpret_cast<float2*>(&red_buf[(kg * T::kBlockM + r) * T::kRedRowFloats + c]) =
                 make_float2(sa[h][ni][half * 2], sa[h][ni][half * 2 + 1]);
           }
     };
     auto softmax = [&](int blk, const float* red_buf) {
-      float4 x = *reinterpret_cast<const float4*>(&red_buf[sm_row * K::kRedRowFloats + sm_col]);
+      float4 x = *reinterpret_cast<const float4*>(&red_buf[sm_row * T::kRedRowFloats + sm_col]);
 #pragma unroll
       for (int k = 1; k < T::kKGroups; ++k) {
         const float4 y = *reinterpret_cast<const float4*>(
-            &red_buf[(k * T::kBlockM + sm_row) * K::kRedRowFloats + sm_col]);
+            &red_buf[(k * T::kBlockM + sm_row) * T::kRedRowFloats + sm_col]);
         x.x += y.x;
         x.y += y.y;
         x.z += y.z;
@@ -389,7 +347,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
       v[3] = x.w * p.scale_log2;
       const int kbase = tok_lo + blk * 32 + sm_col;
 #pragma unroll
-      for (int j = 0; j < WS::kSmCols; ++j) {
+      for (int j = 0; j < T::kSmCols; ++j) {
         if (!row_ok) {
           v[j] = -CUDART_INF_F;
         } else if (blk >= plain_blocks) {
@@ -407,18 +365,18 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
           if (!ok) v[j] = -CUDART_INF_F;
         }
       }
-      const float lim = m_run + WS::kRescaleLog2;
+      const float lim = m_run + T::kRescaleLog2;
       bool need = false;
-      float pr[WS::kSmCols];
+      float pr[T::kSmCols];
       const float m_use = m_run == -CUDART_INF_F ? 0.f : m_run;
       float psum = 0.f;
 #pragma unroll
-      for (int j = 0; j < WS::kSmCols; ++j) {
+      for (int j = 0; j < T::kSmCols; ++j) {
         need |= v[j] > lim;
         pr[j] = exp2f(v[j] - m_use);
         psum += pr[j];
       }
-      *reinterpret_cast<uint2*>(&p_s[sm_row * K::kPRowElems + sm_col]) =
+      *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
           make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
       if (!math_sync_or(need)) {
         l_part += psum;
@@ -427,21 +385,21 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
       // Rare: raise the row max to the true running max, rewrite P, rescale O.
       float bmax = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
 #pragma unroll
-      for (int o = 1; o < WS::kSmTpr; o <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
+      for (int o = 1; o < T::kSmTpr; o <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
       const float m_new = fmaxf(m_run, bmax);
       const float m_use2 = m_new == -CUDART_INF_F ? 0.f : m_new;
       const float alpha = exp2f(m_run - m_use2);
       psum = 0.f;
 #pragma unroll
-      for (int j = 0; j < WS::kSmCols; ++j) {
+      for (int j = 0; j < T::kSmCols; ++j) {
         pr[j] = exp2f(v[j] - m_use2);
         psum += pr[j];
       }
       l_part = l_part * alpha + psum;
       m_run = m_new;
-      *reinterpret_cast<uint2*>(&p_s[sm_row * K::kPRowElems + sm_col]) =
+      *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
           make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
-      if (tid % WS::kSmTpr == 0) alpha_s[sm_row] = alpha;
+      if (tid % T::kSmTpr == 0) alpha_s[sm_row] = alpha;
       math_sync();
 #pragma unroll
       for (int a = 0; a < 2; ++a) {
@@ -459,13 +417,13 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
         uint32_t pa[2][4];
 #pragma unroll
         for (int a = 0; a < 2; ++a)
-          ldmatrix_x4(pa[a], smem_u32(&p_s[(a * 16 + (mat & 1) * 8 + r8) * K::kPRowElems + kk * 16 +
+          ldmatrix_x4(pa[a], smem_u32(&p_s[(a * 16 + (mat & 1) * 8 + r8) * T::kPRowElems + kk * 16 +
                                            (mat >> 1) * 8]));
         const uint32_t vrow = stage_addr(base + blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
 #pragma unroll
         for (int nj = 0; nj < 4; ++nj) {
           uint32_t vb[4];
-          ldmatrix_x4_trans(vb, vrow + (warp * WS::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
+          ldmatrix_x4_trans(vb, vrow + (warp * T::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
 #pragma unroll
           for (int a = 0; a < 2; ++a) {
             mma_bf16(acc[a][nj * 2], pa[a], vb[0], vb[1]);
@@ -504,10 +462,10 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
     // ---- epilogue: normalise and store straight from the accumulators ----
     float l_run = l_part;
 #pragma unroll
-    for (int o = 1; o < WS::kSmTpr; o <<= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
+    for (int o = 1; o < T::kSmTpr; o <<= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
     const bool full = math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units;
     const int slot = 2 * cta + (math_walk.unit_lo > 0 ? 0 : 1);
-    if (tid % WS::kSmTpr == 0) {
+    if (tid % T::kSmTpr == 0) {
       const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
       inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
       if (full) {
@@ -527,7 +485,7 @@ __global__ void __launch_bounds__(WS::kThreads, 1) verify_main_ws_kernel(const V
         const int r = a * 16 + g + half * 8;
         const float inv = inv_s[r];
         const int qr = row0 + r;
-        const int col = warp * WS::kColsPerWarp + t4 * 2;
+        const int col = warp * T::kColsPerWarp + t4 * 2;
         if (full) {
           if (qr < req.rows) {
             __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +

@@ -1,0 +1,214 @@
+// Device helpers shared by the verify kernels: PTX wrappers, per-request geometry, and the
+// split-KV schedule every CTA recomputes from the index pointers.
+//
+// Work decomposition. A request b has M_b = D_b * H query rows (draft token major, head minor,
+// the order of q's rows) and L_b = P_b + D_b KV tokens (its prefix through kv_indices, then its
+// draft tokens from k_extend). Its rows are cut into ceil(M_b / 32) M-tiles; each (b, M-tile)
+// is a "segment" of ceil(L_b / 32) KV blocks, cut into units of q blocks (make_schedule); all
+// units laid end to end are split evenly over the fixed grid of num_ctas CTAs.
+// A segment entirely inside one CTA's range is written straight to o; a segment cut by CTA
+// boundaries leaves one partial (normalised O, LSE) per CTA, in slot 2c + (started here ? 1 : 0),
+// and the combine kernel merges them. Every CTA recomputes the schedule from the index pointers,
+// so the launch geometry never depends on device data (CUDA-graph safe).
+// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier and griddepcontrol:
+// builds unchanged for sm_90 and sm_120.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "params.h"
+#include "traits.h"
+
+namespace kdtree_mla {
+namespace detail {
+
+using T = VerifyTraits;
+
+__device__ __forceinline__ int64_t load_index(const void* p, int64_t i, bool is64) {
+  return is64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; src_bytes == 0 zero-fills the destination (used for padding tokens, so
+// the P*V product never sees stale NaN/Inf bits).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(kBytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Per-request geometry, read from the index pointers.
+struct Request {
+  int qo_begin;       // first draft token (row of q / k_extend; T < 2^31)
+  int64_t kv_begin;   // offset into kv_indices
+  int64_t mask_begin;
+  int draft;          // D_b
+  int prefix;         // P_b
+  int kv_len;         // L_b = P_b + D_b
+  int rows;           // M_b = D_b * H
+  int mtiles;
+  int nblk;           // KV blocks per segment
+};
+
+__device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
+  Request r;
+  const int64_t q0 = load_index(p.qo_indptr, b, p.index64 & kQoIndptr64);
+  const int64_t q1 = load_index(p.qo_indptr, b + 1, p.index64 & kQoIndptr64);
+  const int64_t k0 = load_index(p.kv_indptr, b, p.index64 & kKvIndptr64);
+  const int64_t k1 = load_index(p.kv_indptr, b + 1, p.index64 & kKvIndptr64);
+  r.qo_begin = static_cast<int>(q0);
+  r.kv_begin = k0;
+  r.draft = static_cast<int>(q1 - q0);
+  r.prefix = static_cast<int>(k1 - k0);
+  r.kv_len = r.prefix + r.draft;
+  r.rows = r.draft * p.num_heads;
+  r.mtiles = (r.rows + T::kBlockM - 1) / T::kBlockM;
+  r.nblk = r.draft > 0 ? (r.kv_len + T::kBlockN - 1) / T::kBlockN : 0;
+  r.mask_begin = p.mask != nullptr ? load_index(p.mask_indptr, b, p.index64 & kMaskIndptr64) : 0;
+  return r;
+}
+
+// Block-wide sum of x over the CTA (all threads get it). warp_sums: kThreads / 32 ints of smem.
+template <int kThreads>
+__device__ __forceinline__ int block_sum(int x, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();
+  if (lane == 0) warp_sums[warp] = x;
+  __syncthreads();
+  int total = 0;
+  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
+  return total;
+}
+
+// The schedule, identical in every CTA. A segment (request b, M-tile) of nblk KV blocks is cut
+// into ceil(nblk / q) "units" of q blocks (the last one shorter), so every segment starts on a
+// unit boundary; CTA c takes units [c * u, (c + 1) * u). When there are few segments
+// (S <= G / 4), q is chosen so that the units fit the grid (u = 1): the M-tiles of a request
+// then split their KV at the same places and the CTAs reading the same KV run concurrently
+// (the L2 serves the re-reads). With many segments q = 1: plain block-level balancing.
+struct Schedule {
+  int blocks_per_unit;  // q
+  int units_per_cta;    // u
+  int total_units;      // U
+};
+
+__device__ __forceinline__ int units_of(const Request& r, int q) {
+  return r.mtiles * ((r.nblk + q - 1) / q);
+}
+
+// Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U).
+template <int kThreads>
+__device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int w = 0, segs = 0;
+  for (int b = tid; b < p.batch; b += kThreads) {
+    const Request r = load_request(p, b);
+    w += r.mtiles * r.nblk;
+    segs += r.nblk > 0 ? r.mtiles : 0;
+  }
+  const int total_blocks = block_sum<kThreads>(w, warp_sums);
+  const int total_segs = block_sum<kThreads>(segs, warp_sums);
+  const int min_blocks = max(p.min_blocks_per_cta, 1);
+  Schedule s;
+  if (total_segs * 4 <= p.num_ctas) {
+    const int denom = p.num_ctas - total_segs;
+    s.blocks_per_unit = max(min_blocks, (total_blocks + denom - 1) / denom);
+  } else {
+    s.blocks_per_unit = 1;
+  }
+  const int q = s.blocks_per_unit;
+  int carry = 0;
+  for (int base = 0; base < p.batch; base += kThreads) {
+    const int b = base + tid;
+    int x = b < p.batch ? units_of(load_request(p, b), q) : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int i = 0; i < kThreads / 32; ++i) {
+      if (i < warp) before += warp_sums[i];
+      total += warp_sums[i];
+    }
+    if (b < p.batch) scan[b + 1] = carry + before + x;
+    carry += total;
+  }
+  if (tid == 0) scan[0] = 0;
+  __syncthreads();
+  s.total_units = scan[p.batch];
+  s.units_per_cta = max((s.total_units + p.num_ctas - 1) / p.num_ctas, q == 1 ? min_blocks : 1);
+  return s;
+}
+
+// Bulk row copy (sm_90+, no tensor map): `bytes` from global to shared, completing on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+
+}  // namespace detail
+}  // namespace kdtree_mla
