@@ -19,7 +19,7 @@ struct DeviceCache {
 DeviceCache g_cache[kMaxDevices];
 
 template <int kStages, bool kPipe, int kMode>
-cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream) {
+cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
   auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode>;
   if (!attr_set.load(std::memory_order_acquire)) {
@@ -39,7 +39,7 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = pdl ? 1 : 0;
   cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
@@ -75,15 +75,16 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       p.num_ctas >= kCombineMaxParts || p.num_tokens < 1)
     return cudaErrorInvalidValue;
   DeviceCache& cache = g_cache[device];
+  const bool pdl = !(parts & kLaunchNoPdl);
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, false, 0>(p, cache.attr_set[1], stream); break;
-      case 2: e = launch_main<4, true, 0>(p, cache.attr_set[2], stream); break;
-      case 3: e = launch_main<3, false, 0>(p, cache.attr_set[3], stream); break;
-      case 4: e = launch_main<5, false, 0>(p, cache.attr_set[4], stream); break;
-      case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream); break;
-      case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream); break;
+      case 1: e = launch_main<2, false, 0>(p, cache.attr_set[1], stream, pdl); break;
+      case 2: e = launch_main<4, true, 0>(p, cache.attr_set[2], stream, pdl); break;
+      case 3: e = launch_main<3, false, 0>(p, cache.attr_set[3], stream, pdl); break;
+      case 4: e = launch_main<5, false, 0>(p, cache.attr_set[4], stream, pdl); break;
+      case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream, pdl); break;
+      case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }
@@ -102,7 +103,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = pdl ? 1 : 0;
   e = cudaLaunchKernelEx(&cfg, detail::verify_combine_kernel, p);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -14,8 +14,9 @@ int verify_variant_for_device(int device);
 // error (never aborts). Launch geometry: main grid = params.num_ctas, combine grid from
 // params.num_tokens * params.num_heads: never from device data.
 // `parts` selects the kernels to launch (both by default; one alone only for benchmarks that
-// time the two stages separately: the combine reads what the last main launch wrote).
-enum LaunchParts : int { kLaunchMain = 1, kLaunchCombine = 2, kLaunchAll = 3 };
+// time the two stages separately: the combine reads what the last main launch wrote);
+// kLaunchNoPdl (benchmarks) launches both without programmatic dependent launch.
+enum LaunchParts : int { kLaunchMain = 1, kLaunchCombine = 2, kLaunchAll = 3, kLaunchNoPdl = 4 };
 cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream,
                           int parts = kLaunchAll);
 

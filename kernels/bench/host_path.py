@@ -1,0 +1,69 @@
+"""Host-path diagnostics of one eager verify call (run on the device): where the Python-to-
+launch time goes. Prints medians in microseconds.
+
+  api        kdtree_mla.api.extend_attention_fwd, device synchronised before each sample
+  binding    the extension's verify_fwd called directly with the same arguments
+  no_pdl     api, both kernels launched without programmatic dependent launch
+  noop       a trivial extension call (pybind11 floor)
+  burst      61 calls back to back (no sync), wall time per call; with and without PDL
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kdtree_mla import api  # noqa: E402
+from kdtree_mla.inputs import make_inputs  # noqa: E402
+
+
+def median_us(fn, reps=400, sync=True):
+    out = []
+    for _ in range(reps):
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def main():
+    x = make_inputs([5700], [4], 8, device="cuda", seed=1)
+    o = torch.empty(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    ws = api.VerifyWorkspace(max_batch=1, max_tokens=4, num_heads=8, device="cuda")
+    args = (x.q, x.k_extend, x.v_extend, o, x.k_buffer, x.v_buffer, x.qo_indptr, x.kv_indptr,
+            x.kv_indices, x.custom_mask, True, x.mask_indptr, 4, x.sm_scale)  # fmt: skip
+
+    def call():
+        api.extend_attention_fwd(*args, workspace=ws)
+
+    call()
+    ext = api.load()
+    h = ws._handle
+    bargs = (x.q, x.k_extend, x.v_extend, o, x.k_buffer, x.v_buffer, x.qo_indptr, x.kv_indptr,
+             x.kv_indices, x.custom_mask, x.mask_indptr, float(x.sm_scale), None, h)  # fmt: skip
+    res = {"api": median_us(call), "binding": median_us(lambda: ext.verify_fwd(*bargs))}
+    res["noop"] = median_us(lambda: ext.variant_for_device(0))
+
+    def burst():
+        for _ in range(61):
+            call()
+
+    res["burst_per_call"] = median_us(burst, reps=50) / 61
+    ws.launch_parts = 3 | 4
+    res["no_pdl"] = median_us(call)
+    res["burst_per_call_no_pdl"] = median_us(burst, reps=50) / 61
+    ws.launch_parts = 3
+    for k, v in res.items():
+        print(f"{k:24s} {v:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
