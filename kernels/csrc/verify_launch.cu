@@ -18,6 +18,25 @@ struct DeviceCache {
 };
 DeviceCache g_cache[kMaxDevices];
 
+// Launches `kernel` on `stream`; with `pdl`, as a programmatic dependent of the kernel before it
+// in the stream (scheduled while that one drains; both our kernels execute griddepcontrol.wait
+// before reading anything another kernel writes).
+cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   const VerifyParams& p, bool pdl) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 template <int kStages, bool kPipe, int kMode>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
@@ -28,21 +47,7 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  // Programmatic dependent launch: the grid may be scheduled while the previous kernel in the
-  // stream drains; it executes griddepcontrol.wait before reading any input.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.num_ctas);
-  cfg.blockDim = dim3(VerifyTraits::kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  return launch(kernel, dim3(p.num_ctas), dim3(VerifyTraits::kThreads), smem, stream, p, pdl);
 }
 
 }  // namespace
@@ -92,21 +97,9 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   if (!(parts & kLaunchCombine)) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
   const unsigned gx = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  // Programmatic dependent launch: the combine grid may be scheduled while the main grid
-  // drains; it blocks on griddepcontrol.wait until the main grid's writes are visible.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(gx, kCombineSplits);
-  cfg.blockDim = dim3(kCombineThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  e = cudaLaunchKernelEx(&cfg, detail::verify_combine_kernel, p);
-  if (e != cudaSuccess) return e;
-  return cudaGetLastError();
+  // The combine grid may be scheduled while the main grid drains (PDL); it blocks on
+  // griddepcontrol.wait until the main grid's writes are visible.
+  return launch(detail::verify_combine_kernel, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, p, pdl);
 }
 
 }  // namespace kdtree_mla
