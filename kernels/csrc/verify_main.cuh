@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 
-  // ---- schedule (identical in every CTA; see verify_kernel.cuh) ----
+  // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
   const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums);
   const int q = sch.blocks_per_unit;
