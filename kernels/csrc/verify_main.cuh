@@ -42,9 +42,7 @@ __device__ __forceinline__ bool math_sync_or(bool x) {
       : "memory");
   return r != 0;
 }
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
+
 // Walks the pieces of one CTA's unit range (the same walk in both roles).
 struct PieceWalk {
   Request req;
@@ -198,9 +196,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       const Request& req = w.req;
       auto issue_idx = [&](int blk) {
         if (blk < w.nb) {
-          const int k = w.tok_lo + blk * 32 + lane;
+          const int k = w.tok_lo + blk * T::kBlockN + lane;
           if (k < w.tok_hi && k < req.prefix) {
-            const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * 32 + lane) * 8;
+            const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * T::kBlockN + lane) * 8;
             if (idx64)
               cp_async_small<8>(dst, static_cast<const int64_t*>(p.kv_indices) + req.kv_begin + k);
             else
@@ -217,11 +215,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       }
       // Source row of lane's token in block blk (padding rows repeat the block's first row).
       auto row_src = [&](int blk) -> const __nv_bfloat16* {
-        const int k0 = w.tok_lo + blk * 32;
+        const int k0 = w.tok_lo + blk * T::kBlockN;
         const int r = k0 + lane < w.tok_hi ? lane : 0;
         const int k = k0 + r;
         if (k < req.prefix) {
-          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * 32 + r) * 8;
+          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + r) * 8;
           const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
                                     : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
           return kbuf + idx * p.k_buf_stride;
@@ -259,7 +257,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   do {
     const Request& req = math_walk.req;
     const int nb = math_walk.nb, row0 = math_walk.row0, tok_lo = math_walk.tok_lo, tok_hi = math_walk.tok_hi;
-    const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / 32;
+    const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / T::kBlockN;
     const int tok0 = row0 / p.num_heads;
     if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
       const int i = tok0 + (tid >> 4), j = tid & 15;
@@ -272,9 +270,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     wait_full(elem);
     if (kMath) {
 #pragma unroll
-    for (int ks = 0; ks < T::kKSteps; ++ks)
-      ldmatrix_x4(qf[ks], stage_addr(elem) + (mi * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes +
-                              (kg * T::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
+      for (int ks = 0; ks < T::kKSteps; ++ks)
+        ldmatrix_x4(qf[ks], stage_addr(elem) + (mi * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes +
+                                (kg * T::kKSteps * 16 + ks * 16 + (mat >> 1) * 8) * 2);
     } else {
 #pragma unroll
       for (int ks = 0; ks < T::kKSteps; ++ks) qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u;
@@ -345,7 +343,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       v[1] = x.y * p.scale_log2;
       v[2] = x.z * p.scale_log2;
       v[3] = x.w * p.scale_log2;
-      const int kbase = tok_lo + blk * 32 + sm_col;
+      const int kbase = tok_lo + blk * T::kBlockN + sm_col;
 #pragma unroll
       for (int j = 0; j < T::kSmCols; ++j) {
         if (!row_ok) {
@@ -365,19 +363,24 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
           if (!ok) v[j] = -CUDART_INF_F;
         }
       }
+      // P of this thread's columns against the row max m (none yet: 0) into the P tile; their sum.
+      auto write_p = [&](float m) {
+        const float m_use = m == -CUDART_INF_F ? 0.f : m;
+        float pr[T::kSmCols], psum = 0.f;
+#pragma unroll
+        for (int j = 0; j < T::kSmCols; ++j) {
+          pr[j] = exp2f(v[j] - m_use);
+          psum += pr[j];
+        }
+        *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
+            make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
+        return psum;
+      };
       const float lim = m_run + T::kRescaleLog2;
       bool need = false;
-      float pr[T::kSmCols];
-      const float m_use = m_run == -CUDART_INF_F ? 0.f : m_run;
-      float psum = 0.f;
 #pragma unroll
-      for (int j = 0; j < T::kSmCols; ++j) {
-        need |= v[j] > lim;
-        pr[j] = exp2f(v[j] - m_use);
-        psum += pr[j];
-      }
-      *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
-          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
+      for (int j = 0; j < T::kSmCols; ++j) need |= v[j] > lim;
+      const float psum = write_p(m_run);
       if (!math_sync_or(need)) {
         l_part += psum;
         return;
@@ -387,18 +390,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 #pragma unroll
       for (int o = 1; o < T::kSmTpr; o <<= 1) bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
       const float m_new = fmaxf(m_run, bmax);
-      const float m_use2 = m_new == -CUDART_INF_F ? 0.f : m_new;
-      const float alpha = exp2f(m_run - m_use2);
-      psum = 0.f;
-#pragma unroll
-      for (int j = 0; j < T::kSmCols; ++j) {
-        pr[j] = exp2f(v[j] - m_use2);
-        psum += pr[j];
-      }
-      l_part = l_part * alpha + psum;
+      const float alpha = exp2f(m_run - (m_new == -CUDART_INF_F ? 0.f : m_new));
+      l_part = l_part * alpha + write_p(m_new);
       m_run = m_new;
-      *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
-          make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
       if (tid % T::kSmTpr == 0) alpha_s[sm_row] = alpha;
       math_sync();
 #pragma unroll
