@@ -162,6 +162,14 @@ class _Limits:
     num_heads: int
 
 
+def _launch_option(name: str) -> property:
+    """A VerifyWorkspace launch option (see its __init__), kept in step with the extension's
+    Workspace object once that exists."""
+    return property(
+        lambda self: self._options[name], lambda self, value: self._set_option(name, value)
+    )
+
+
 class VerifyWorkspace:
     """Device scratch for one model's verify calls, allocated once.
 
@@ -244,18 +252,9 @@ class VerifyWorkspace:
         if self._handle is not None:
             setattr(self._handle, name, int(value))
 
-    min_blocks_per_cta = property(
-        lambda self: self._options["min_blocks_per_cta"],
-        lambda self, v: self._set_option("min_blocks_per_cta", v),
-    )
-    launch_parts = property(
-        lambda self: self._options["launch_parts"],
-        lambda self, v: self._set_option("launch_parts", v),
-    )
-    force_variant = property(
-        lambda self: self._options["force_variant"],
-        lambda self, v: self._set_option("force_variant", v),
-    )
+    min_blocks_per_cta = _launch_option("min_blocks_per_cta")
+    launch_parts = _launch_option("launch_parts")
+    force_variant = _launch_option("force_variant")
 
     @property
     def nbytes(self) -> int:

@@ -71,3 +71,21 @@ def test_arch_list_parsing(arch_list, expect):
 def test_device_supported_never_raises_without_a_gpu():
     ok, reason = api.device_supported()
     assert not ok and reason
+
+
+def test_launch_options_reach_the_extension_workspace_once_it_exists():
+    # VerifyWorkspace needs a CUDA device to allocate; the option plumbing does not.
+    ws = object.__new__(api.VerifyWorkspace)
+    ws._options = {"min_blocks_per_cta": 1, "launch_parts": 3, "force_variant": 0}
+    ws._handle = None
+    ws.min_blocks_per_cta = 4  # before the extension's object exists: kept for its creation
+    assert ws.min_blocks_per_cta == 4 and ws._options["min_blocks_per_cta"] == 4
+
+    class Handle:
+        pass
+
+    ws._handle = Handle()
+    ws.force_variant = "2"
+    ws.launch_parts = 1
+    assert (ws._handle.force_variant, ws._handle.launch_parts) == (2, 1)
+    assert (ws.force_variant, ws.launch_parts) == (2, 1)
