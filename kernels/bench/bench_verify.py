@@ -338,6 +338,8 @@ def main():
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
                 stages, _, pipe, mode = _c.VARIANTS[v]
+                if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
+                    continue
                 key = f"stages{stages}{'_pipe' if pipe else ''}"
                 key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
                 try:

@@ -94,23 +94,30 @@ Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_
 
 // Device scratch of one kdtree_mla.api.VerifyWorkspace, handed over once (the workspace
 // allocates and shapes these tensors itself) so a call passes one object instead of eight
-// arguments: the host path of every layer's call is part of the eager step time.
+// arguments: the host path of every layer's call is part of the eager step time. The tensors
+// are fixed for the handle's life, so they are checked once, when it is made (`error`); a call
+// only compares devices and sizes.
 struct WorkspaceHandle {
   Tensor part_o, part_lse, sched, tokinfo;
   int64_t num_ctas = 0;
   int64_t min_blocks_per_cta = 1;
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
   int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
+  Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
+  Err error;                          // why the tensors are unusable; empty when they are fine
+  at::Device device{at::kCPU};
+  int64_t max_tokens = 0, max_batch = 0;
 };
 
-Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) {
+Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.num_ctas >= 1 && w.num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
                  kCombineMaxParts - 1, " (got ", w.num_ctas, ")");
-  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_o, "workspace.partial_o"},
-                                std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
+  KD_CHECK_VALUE(w.part_o.defined() && w.part_o.is_cuda(), "workspace.partial_o: must be a CUDA tensor");
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
                                 std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
                                 std::pair<const Tensor&, const char*>{w.tokinfo, "workspace.tokinfo"}}) {
-    KD_CHECK_VALUE(t.defined() && t.is_cuda() && t.device() == dev, name, ": must be on ", dev, " like q");
+    KD_CHECK_VALUE(t.defined() && t.device() == w.part_o.device(), name, ": must be on ", w.part_o.device(),
+                   " like workspace.partial_o");
   }
   KD_CHECK_VALUE(w.part_o.scalar_type() == at::kFloat && w.part_o.is_contiguous() &&
                      w.part_o.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM * VerifyTraits::kHeadDimV,
@@ -118,11 +125,25 @@ Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) 
   KD_CHECK_VALUE(w.part_lse.scalar_type() == at::kFloat && w.part_lse.is_contiguous() &&
                      w.part_lse.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM,
                  "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
-  KD_CHECK_VALUE(w.sched.scalar_type() == at::kInt && w.sched.is_contiguous(),
-                 "workspace.sched: must be contiguous int32");
-  KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 * T &&
+  KD_CHECK_VALUE(w.sched.scalar_type() == at::kInt && w.sched.is_contiguous() && w.sched.numel() >= 4,
+                 "workspace.sched: must be contiguous int32 [max_batch + 3]");
+  KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 &&
                      reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
-                 "workspace.tokinfo: must be contiguous int32 [>= T, 4] (T=", T, " exceeds max_tokens?)");
+                 "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
+  return {};
+}
+
+Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) {
+  if (!w.error.empty()) return w.error;
+  KD_CHECK_VALUE(w.device == dev, "workspace: allocated on ", w.device, ", q is on ", dev);
+  KD_CHECK_VALUE(T <= w.max_tokens, "q: T=", T, " exceeds the workspace's max_tokens=", w.max_tokens);
+  if (kVariants[w.force_variant > 0 && w.force_variant < kNumVariants ? w.force_variant : 0].mode & kModeTrace) {
+    const Tensor& t = w.trace;
+    KD_CHECK_VALUE(t.defined() && t.device() == dev && t.scalar_type() == at::kLong && t.is_contiguous() &&
+                       t.numel() >= int64_t(kTraceRows) * kTraceSlots,
+                   "workspace.trace: a traced variant needs a contiguous int64 [", kTraceRows, ", ", kTraceSlots,
+                   "] tensor on ", dev);
+  }
   return {};
 }
 
@@ -164,7 +185,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   const int64_t B = qo_indptr.numel() - 1;
   KD_CHECK_VALUE(B >= 1, "qo_indptr: needs B+1 >= 2 elements (got ", qo_indptr.numel(), ")");
   KD_TRY(check_workspace(ws, dev, T));
-  KD_CHECK_VALUE(B <= Tr::kMaxBatch && B + 3 <= ws.sched.numel(), "qo_indptr: B=", B,
+  KD_CHECK_VALUE(B <= Tr::kMaxBatch && B <= ws.max_batch, "qo_indptr: B=", B,
                     " exceeds the workspace's max_batch");
   int index64 = 0;
   bool w64 = false;
@@ -233,6 +254,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
+  p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
@@ -258,20 +280,30 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         w.sched = std::move(sched);
         w.tokinfo = std::move(tokinfo);
         w.num_ctas = num_ctas;
+        w.error = kdtree_mla::check_workspace_tensors(w);
+        if (w.error.empty()) {
+          w.device = w.part_o.device();
+          w.max_tokens = w.tokinfo.numel() / 4;
+          w.max_batch = w.sched.numel() - 3;
+        }
         return w;
       }))
       .def_readwrite("min_blocks_per_cta", &WorkspaceHandle::min_blocks_per_cta)
       .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
-      .def_readwrite("force_variant", &WorkspaceHandle::force_variant);
+      .def_readwrite("force_variant", &WorkspaceHandle::force_variant)
+      .def_readwrite("trace", &WorkspaceHandle::trace);
   m.def("verify_fwd", &kdtree_mla::verify_fwd,
         "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
   m.def("variant_for_device", &kdtree_mla::variant_for_device,
         "kernel variant (index into VARIANTS) the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;
+  m.attr("TRACE_ROWS") = kdtree_mla::kTraceRows;  // traced variants (diagnostic): trace buffer shape
+  m.attr("TRACE_SLOTS") = kdtree_mla::kTraceSlots;
+  m.attr("TRACE_COMBINE_ROW") = kdtree_mla::kTraceCombineRow;
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::variant_smem_bytes(v),
                                          kdtree_mla::kVariants[v].pipe, kdtree_mla::kVariants[v].mode));
-  // (pipeline stages, dynamic smem bytes, pipelined, mode: 0, or 2 loads only / 4 math only)
+  // (pipeline stages, dynamic smem bytes, pipelined, mode: 0, or 2 loads only / 4 math only / 8 traced)
   m.attr("VARIANTS") = variants;
 }

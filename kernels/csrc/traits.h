@@ -63,14 +63,23 @@ constexpr size_t kSm120SmemLimit = 101376;
 // device's smem opt-in limit, else the smaller one (sm_120); VerifyParams.force_variant
 // overrides (benchmarks, tests). Modes 2 and 4 are benchmark diagnostics with wrong output:
 // loads only (the math warps skip the math) and math only (the load warp copies nothing).
+// Mode 8 (correct output) also writes timestamps to VerifyParams::trace (bench/trace_verify.py).
 struct KernelVariant {
   int stages;
   bool pipe;  // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
-  int mode;   // 0, or a diagnostic: 2 loads only, 4 math only
+  int mode;   // 0, or a diagnostic: 2 loads only, 4 math only, 8 traced
 };
 constexpr KernelVariant kVariants[] = {{0, false, 0}, {2, false, 0}, {4, true, 0}, {3, false, 0},
-                                       {5, false, 0}, {4, true, 2},  {4, true, 4}};
-constexpr int kNumVariants = 7;
+                                       {5, false, 0}, {4, true, 2},  {4, true, 4}, {4, true, 8}};
+constexpr int kNumVariants = 8;
+constexpr int kModeTrace = 8;
+// Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
+// (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
+// kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.
+constexpr int kTraceSlots = 32;
+constexpr int kTraceCombineRow = 1024;
+constexpr int kTraceCombineCtas = 256;
+constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;
 constexpr int kVariantSmall = 1;
 constexpr int kVariantLarge = 2;
 constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].pipe); }

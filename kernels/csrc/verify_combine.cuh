@@ -9,18 +9,25 @@ namespace detail {
 // Merges the partials of every segment that CTA boundaries cut. Grid: (row groups, splits);
 // CTA (x, y) handles rows x, x + gridDim.x, ... of the T*H output rows, columns
 // [y * 64, y * 64 + 64). Rows whose segment was not cut were written by the main kernel.
+// kTrace (diagnostic): CTAs (x < kTraceCombineCtas, 0) record 0 entry, 1 main grid's writes
+// visible, 2 first cut row's token info loaded, 3 exit.
+template <bool kTrace>
 __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const VerifyParams p) {
   constexpr int kW = kCombineThreads / 32;
   constexpr int kCols = T::kHeadDimV / kCombineSplits;  // 128: 4 per lane
   __shared__ float red[kW][kCols];
   __shared__ float scal_m[kW], scal_l[kW];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool tracer = kTrace && tid == 0 && blockIdx.y == 0 && blockIdx.x < kTraceCombineCtas;
+  const int trace_row = kTraceCombineRow + blockIdx.x;
+  if (tracer) trace_begin<kTrace>(p, trace_row);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The next call's main kernel (a programmatic dependent) may be scheduled now; it waits for
   // this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // main grid done, its writes visible
 #endif
+  if (tracer) trace_point<kTrace>(p, trace_row, 1);
   const int per_cta = p.sched[0];  // units per CTA
   // Rows past qo_indptr[B] belong to no request (T larger than the batch's drafts): skip them.
   const int64_t nrows =
@@ -38,6 +45,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
     const int c0 = seg_start / per_cta;
     const int c1 = min((seg_start + seg_units - 1) / per_cta, p.num_ctas - 1);
     if (c0 >= c1) continue;  // written by the main kernel; uniform across the CTA
+    if (tracer && p.trace[trace_row * kTraceSlots + 2] == 0ull) trace_point<kTrace>(p, trace_row, 2);
     const int nparts = c1 - c0 + 1;
     auto slot_of = [&](int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); };
 
@@ -102,6 +110,7 @@ __global__ void __launch_bounds__(kCombineThreads) verify_combine_kernel(const V
     }
     __syncthreads();
   }
+  if (tracer) trace_point<kTrace>(p, trace_row, 3);
 }
 
 }  // namespace detail

@@ -207,5 +207,25 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
 }
 
+// Diagnostic timestamps (trace variants only, traits.h kTraceSlots): point k of trace row `row`.
+template <bool kOn>
+__device__ __forceinline__ void trace_point(const VerifyParams& p, int row, int k) {
+  if constexpr (kOn) {
+    unsigned long long g;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(g));
+    p.trace[row * kTraceSlots + k] = g;
+    p.trace[row * kTraceSlots + kTraceSlots / 2 + k] = static_cast<unsigned long long>(clock64());
+  }
+}
+// Clears a trace row's points after the first (a CTA with no work leaves them 0).
+template <bool kOn>
+__device__ __forceinline__ void trace_begin(const VerifyParams& p, int row) {
+  if constexpr (kOn) {
+    for (int k = 1; k < kTraceSlots; ++k)
+      if (k != kTraceSlots / 2) p.trace[row * kTraceSlots + k] = 0ull;
+    trace_point<true>(p, row, 0);
+  }
+}
+
 }  // namespace detail
 }  // namespace kdtree_mla

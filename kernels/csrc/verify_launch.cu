@@ -76,6 +76,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
     if (variant_smem_bytes(p.force_variant) > static_cast<size_t>(optin)) return cudaErrorInvalidConfiguration;
     v = p.force_variant;
   }
+  if ((kVariants[v].mode & kModeTrace) && p.trace == nullptr) return cudaErrorInvalidValue;
   if (p.batch < 1 || p.batch > VerifyTraits::kMaxBatch || p.num_ctas < 1 ||
       p.num_ctas >= kCombineMaxParts || p.num_tokens < 1)
     return cudaErrorInvalidValue;
@@ -90,6 +91,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 4: e = launch_main<5, false, 0>(p, cache.attr_set[4], stream, pdl); break;
       case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream, pdl); break;
       case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream, pdl); break;
+      case 7: e = launch_main<4, true, kModeTrace>(p, cache.attr_set[7], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }
@@ -99,7 +101,9 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const unsigned gx = static_cast<unsigned>(rows < 65535 ? rows : 65535);
   // The combine grid may be scheduled while the main grid drains (PDL); it blocks on
   // griddepcontrol.wait until the main grid's writes are visible.
-  return launch(detail::verify_combine_kernel, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, p, pdl);
+  auto combine = kVariants[v].mode & kModeTrace ? detail::verify_combine_kernel<true>
+                                                : detail::verify_combine_kernel<false>;
+  return launch(combine, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, p, pdl);
 }
 
 }  // namespace kdtree_mla

@@ -77,10 +77,13 @@ struct PieceWalk {
   }
 };
 
-// kMode 2 and 4: benchmark diagnostics with wrong output (traits.h kVariants).
+// kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
+// Trace points (row = CTA): 0 entry, 1 inputs visible, 2 schedule done; load warp: 3 first Q
+// copy issued, 4 first indices landed, 5 last copy issued; math warps: 6 first Q tile landed,
+// 7 first KV block landed, 8 last block's PV done, 9 last epilogue stored; 14 KV blocks done.
 template <int kStages, bool kPipe, int kMode>
 __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
-  constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4);
+  constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -112,6 +115,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  if (tid == 0) trace_begin<kTrace>(p, cta);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
@@ -124,6 +128,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   // kernel's writes before anything below does.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+  if (tid == 0) trace_point<kTrace>(p, cta, 1);
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
@@ -154,6 +159,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     start_info[1] = scan[lo];
   }
   __syncthreads();  // last CTA-wide barrier: the roles split below
+  if (tid == 0) trace_point<kTrace>(p, cta, 2);
   PieceWalk w;
   w.b = start_info[0];
   w.q = q;
@@ -212,6 +218,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
         const int r = w.row0 + lane < req.rows ? w.row0 + lane : w.row0;
         put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
+        if (kTrace && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 3);
       }
       // Source row of lane's token in block blk (padding rows repeat the block's first row).
       auto row_src = [&](int blk) -> const __nv_bfloat16* {
@@ -229,12 +236,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed,
         __syncwarp();                        // and lane 0's (padding rows read it)
+        if (kTrace && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
         put(row_src(blk));
         __syncwarp();  // slots of block blk read before the ring slot is refilled
         issue_idx(blk + T::kIdxAhead);
       }
       cp_async_wait<0>();
     } while (w.next(p));
+    if (lane == 0) trace_point<kTrace>(p, cta, 5);
     return;
   }
 
@@ -268,6 +277,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
     // Q fragments (rows mi*16.., dims of k-group kg) from the piece's first element.
     uint32_t qf[T::kKSteps][4];
     wait_full(elem);
+    if (kTrace && tid == 0 && elem == 0) trace_point<kTrace>(p, cta, 6);
     if (kMath) {
 #pragma unroll
       for (int ks = 0; ks < T::kKSteps; ++ks)
@@ -443,6 +453,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       }
     } else {
       wait_full(base);
+      if (kTrace && tid == 0 && base == 1) trace_point<kTrace>(p, cta, 7);
       compute_s(0, red_s);
       for (int i = 0; i < nb; ++i) {
         if (i + 1 < nb) wait_full(base + i + 1);
@@ -453,6 +464,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       }
     }
 
+    if (kTrace && tid == 0) {
+      trace_point<kTrace>(p, cta, 8);
+      p.trace[cta * kTraceSlots + 14] += nb;
+    }
     // ---- epilogue: normalise and store straight from the accumulators ----
     float l_run = l_part;
 #pragma unroll
@@ -498,6 +513,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         }
       }
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
+    if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (tid == 0) math_more = math_walk.next(p);
     math_sync();
   } while (math_more);

@@ -236,6 +236,7 @@ class VerifyWorkspace:
         #   launch_parts (benchmarks only): 1 = main kernel alone, 2 = combine alone, 3 = both.
         #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
         self._options = {"min_blocks_per_cta": 1, "launch_parts": 3, "force_variant": 0}
+        self._trace = None
         self._handle = None
 
     def _make_handle(self):
@@ -244,8 +245,22 @@ class VerifyWorkspace:
         )
         for name, value in self._options.items():
             setattr(h, name, value)
+        if self._trace is not None:
+            h.trace = self._trace
         self._handle = h
         return h
+
+    @property
+    def trace(self) -> torch.Tensor | None:
+        """Diagnostic: the int64 [TRACE_ROWS, TRACE_SLOTS] buffer the traced kernel variant
+        (``_C.VARIANTS`` mode 8) writes timestamps to; see kernels/bench/trace_verify.py."""
+        return self._trace
+
+    @trace.setter
+    def trace(self, buf: torch.Tensor) -> None:
+        self._trace = buf
+        if self._handle is not None:
+            self._handle.trace = buf
 
     def _set_option(self, name: str, value: int) -> None:
         self._options[name] = int(value)

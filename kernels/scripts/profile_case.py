@@ -1,4 +1,7 @@
-"""Runs one verify case a few times (for ncu): python3 profile_case.py B H D PREFIX [min_blocks]."""
+"""Runs one verify case a few times (for ncu): python3 profile_case.py B H D PREFIX [min_blocks].
+
+KDTREE_FORCE_VARIANT=v runs _C.VARIANTS[v] instead of the device default.
+"""
 
 import os
 import sys
@@ -14,6 +17,7 @@ layers = [
     make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=i, spare_slots=16) for i in range(8)
 ]
 ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
+ws.force_variant = int(os.environ.get("KDTREE_FORCE_VARIANT", "0"))
 if len(sys.argv) > 5:
     ws.min_blocks_per_cta = int(sys.argv[5])
 o = torch.empty(b * d, h, 512, dtype=torch.bfloat16, device="cuda")

@@ -1,0 +1,195 @@
+"""Where the time of one verify call goes (diagnostic; run on the device after the build).
+
+Runs the traced kernel variant (``_C.VARIANTS`` mode 8: the H200 default plus %globaltimer
+and clock64 stamps at fixed points, csrc/verify_main.cuh and verify_combine.cuh) in one CUDA
+graph of L layers, each layer with its own workspace and trace buffer, exactly as
+bench_verify.py's graph mode otherwise. Per case it prints the medians over replays and
+layers of:
+
+  gap     previous layer's combine finished -> this main kernel's inputs visible
+  sched   inputs visible -> schedule done (CTA 0)
+  idx     schedule done -> first prefix indices landed (load warp of CTA 0)
+  q       schedule done -> first Q tile landed (math warps of CTA 0)
+  kv1     schedule done -> first KV block landed (CTA 0)
+  blocks  first KV block landed -> last PV done (CTA 0), and per block
+  epi     last PV done -> last epilogue stored (CTA 0)
+  main    inputs visible -> last main CTA done
+  m>c     last main CTA done -> combine's inputs visible
+  comb    combine inputs visible -> last combine CTA done
+  period  one layer's call, inputs visible to the next layer's inputs visible
+
+    python3 kernels/bench/trace_verify.py [--cases 0,2,4] [--reps 20] [--json out.json]
+
+Intervals inside CTA 0 use clock64 (converted with the SM clock measured from both stamps);
+intervals across CTAs use %globaltimer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from bench_verify import DEFAULT_CASES, Case  # noqa: E402
+from kdtree_mla import api  # noqa: E402
+
+KEYS = (
+    "gap",
+    "sched",
+    "idx",
+    "q",
+    "kv1",
+    "blocks",
+    "per_block",
+    "epi",
+    "main",
+    "m>c",
+    "comb",
+    "period",
+)
+
+
+def traced_variant(ext) -> int:
+    for v, (_, _, _, mode) in enumerate(ext.VARIANTS):
+        if mode & 8:
+            return v
+    raise SystemExit("the extension has no traced variant (VARIANTS mode 8)")
+
+
+def analyse(traces, num_ctas, crow, clock_ghz):
+    """Intervals (us) of each layer from the host copies of its trace buffers."""
+    out = []
+    prev_comb_end = None
+    starts = []
+    for tr in traces:
+        g, c = tr[:, :16], tr[:, 16:]
+        main = g[:num_ctas]
+        active = [i for i in range(num_ctas) if main[i, 2] != 0]
+        start = min(int(main[i, 1]) for i in range(num_ctas))
+        main_end = max(int(main[i, 9]) for i in active)
+        comb = [r for r in range(crow, tr.shape[0]) if g[r, 0] != 0]
+        comb_vis = min(int(g[r, 1]) for r in comb)
+        comb_end = max(int(g[r, 3]) for r in comb)
+        c0 = c[0]
+
+        def cyc(a, b, c0=c0):
+            return float(c0[b] - c0[a]) / clock_ghz / 1e3 if c0[a] and c0[b] else float("nan")
+
+        nblk = int(tr[0, 14])
+        row = {
+            "gap": (start - prev_comb_end) / 1e3 if prev_comb_end else float("nan"),
+            "sched": cyc(1, 2),
+            "idx": cyc(2, 4),
+            "q": cyc(2, 6),
+            "kv1": cyc(2, 7),
+            "blocks": cyc(7, 8),
+            "per_block": cyc(7, 8) / max(nblk - 1, 1),
+            "epi": cyc(8, 9),
+            "main": (main_end - start) / 1e3,
+            "m>c": (comb_vis - main_end) / 1e3,
+            "comb": (comb_end - comb_vis) / 1e3,
+            "active_ctas": len(active),
+            "blocks_cta0": nblk,
+        }
+        starts.append(start)
+        prev_comb_end = comb_end
+        out.append(row)
+    for i in range(len(out) - 1):
+        out[i]["period"] = (starts[i + 1] - starts[i]) / 1e3
+    out[-1]["period"] = float("nan")
+    return out
+
+
+def clock_rate_ghz(traces, num_ctas) -> float:
+    """SM cycles per ns from CTA spans (entry -> last store) stamped with both clocks."""
+    cyc = ns = 0
+    for tr in traces:
+        for i in range(num_ctas):
+            if tr[i, 9] and tr[i, 0]:
+                ns += int(tr[i, 9] - tr[i, 0])
+                cyc += int(tr[i, 16 + 9] - tr[i, 16 + 0])
+    return cyc / ns if ns else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="0,2,3,4,5", help="bench_verify.DEFAULT_CASES indices")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    ext = api.load()
+    variant = traced_variant(ext)
+    rows, slots, crow = ext.TRACE_ROWS, ext.TRACE_SLOTS, ext.TRACE_COMBINE_ROW
+    results = []
+    for ci in (int(x) for x in args.cases.split(",")):
+        b, h, d, prefix, *flags = DEFAULT_CASES[ci]
+        case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
+        n = min(case.n_layers, args.layers)
+        wss, bufs = [], []
+        for _ in range(n):
+            ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
+            ws.force_variant = variant
+            ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
+            wss.append(ws)
+            bufs.append(ws.trace)
+
+        def call(i, case=case, wss=wss):
+            x, m = case.layers[i], case.meta
+            api.extend_attention_fwd(
+                x.q, x.k_extend, x.v_extend, case.outs[i], x.k_buffer, x.v_buffer,
+                m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr,
+                case.d, m.sm_scale, workspace=wss[i],
+            )  # fmt: skip
+
+        for i in range(n):
+            call(i)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(n):
+                call(i)
+        per_rep = []
+        for r in range(args.reps + 2):
+            g.replay()
+            torch.cuda.synchronize()
+            if r >= 2:
+                per_rep.append([t.cpu().numpy() for t in bufs])
+        ghz = statistics.median(clock_rate_ghz(t, wss[0].num_ctas) for t in per_rep)
+        samples = [
+            row
+            for traces in per_rep
+            for row in analyse(traces, wss[0].num_ctas, crow, ghz)[1:]  # layer 0: no predecessor
+        ]
+        med = {}
+        for k in KEYS:
+            vals = [s[k] for s in samples if s[k] == s[k]]
+            med[k] = statistics.median(vals) if vals else float("nan")
+        med.update(
+            case=f"B{b} H{h} D{d} {prefix}", layers=n, sm_clock_ghz=ghz,
+            active_ctas=samples[0]["active_ctas"], blocks_cta0=samples[0]["blocks_cta0"],
+        )  # fmt: skip
+        results.append(med)
+        print(json.dumps(med), flush=True)
+        del g, case, wss, bufs, per_rep
+        torch.cuda.empty_cache()
+    print("\nmedians in us (per_block: us per 32-token block of CTA 0)")
+    print("| case | CTAs | blk/CTA | " + " | ".join(KEYS) + " |")
+    for m in results:
+        cells = " | ".join(f"{m[k]:.2f}" for k in KEYS)
+        print(f"| {m['case']} | {m['active_ctas']} | {m['blocks_cta0']} | {cells} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
