@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Diagnostic device batch: build, GPU tests, a short benchmark, the per-call trace
+# (bench/trace_verify.py), Nsight Compute with per-SASS stall samples of one case, and the
+# extension's SASS. Everything lands in one archive, $OUT/diag.tgz (the device tool returns at
+# most 8 files), refreshed after every step so a run stopped at its time limit keeps what it did.
+# Usage (repo root on the device machine):
+#   BENCH_CASES=0,2,4,5 NCU_CASE="8 8 4 91000" bash kernels/scripts/device_diag.sh
+set -u -o pipefail
+FINAL=${OUT:-$PWD/_device_out}
+WORK=/tmp/kdtree_diag
+rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL"
+export OUT=$WORK PYTHONUNBUFFERED=1
+pack() { tar czf "$FINAL/diag.tgz" -C "$WORK" . 2>/dev/null; }
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+SKIP_BENCH=1 bash scripts/device_run.sh 2>&1 | tail -30
+pack
+ls kdtree_mla/_C*.so >/dev/null 2>&1 || { echo "no extension built"; exit 1; }
+timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton --no-sweep \
+  --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
+echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
+pack
+timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace.json" ${TRACE_ARGS:-} > "$WORK/trace.log" 2>&1
+echo "trace rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace.log" | tail -12
+pack
+if [ -n "${NCU_CASE:-}" ]; then
+  timeout ${NCU_TIMEOUT:-170} bash scripts/ncu_case.sh $NCU_CASE ncu > /dev/null 2>&1
+  echo "ncu rc=$? at $(( $(date +%s) - t0 )) s"
+  grep -E "Duration|DRAM Throughput|Issue Slots Busy|Eligible Warps|No Eligible" "$WORK/ncu_ncu.txt" | head -8
+  pack
+fi
+so=$(ls kdtree_mla/_C*.so | head -1)
+cuobjdump -sass "$so" 2>/dev/null | gzip > "$WORK/sass.txt.gz"
+pack
+echo "done at $(( $(date +%s) - t0 )) s"; ls -la "$FINAL"
