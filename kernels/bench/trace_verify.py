@@ -55,6 +55,22 @@ KEYS = (
     "comb",
     "period",
 )
+# Main-kernel trace points in time order (csrc/verify_main.cuh), reported for CTA 0 and for
+# the CTA that finished last, as offsets from point 1 (inputs visible) in us.
+POINTS = (
+    ("sched", 12),
+    ("split", 2),
+    ("idx_issued", 10),
+    ("q_issued", 3),
+    ("idx_landed", 4),
+    ("walk", 11),
+    ("q_landed", 6),
+    ("kv1_landed", 7),
+    ("last_pv", 8),
+    ("norm", 13),
+    ("stored", 9),
+    ("load_done", 5),
+)
 
 
 def traced_variant(ext) -> int:
@@ -74,14 +90,15 @@ def analyse(traces, num_ctas, crow, clock_ghz):
         main = g[:num_ctas]
         active = [i for i in range(num_ctas) if main[i, 2] != 0]
         start = min(int(main[i, 1]) for i in range(num_ctas))
-        main_end = max(int(main[i, 9]) for i in active)
+        last = max(active, key=lambda i: int(main[i, 9]))
+        main_end = int(main[last, 9])
         comb = [r for r in range(crow, tr.shape[0]) if g[r, 0] != 0]
         comb_vis = min(int(g[r, 1]) for r in comb)
         comb_end = max(int(g[r, 3]) for r in comb)
-        c0 = c[0]
 
-        def cyc(a, b, c0=c0):
-            return float(c0[b] - c0[a]) / clock_ghz / 1e3 if c0[a] and c0[b] else float("nan")
+        def cyc(a, b, row=0, c=c):
+            ca, cb = c[row, a], c[row, b]
+            return float(cb - ca) / clock_ghz / 1e3 if ca and cb else float("nan")
 
         nblk = int(tr[0, 14])
         row = {
@@ -96,9 +113,15 @@ def analyse(traces, num_ctas, crow, clock_ghz):
             "main": (main_end - start) / 1e3,
             "m>c": (comb_vis - main_end) / 1e3,
             "comb": (comb_end - comb_vis) / 1e3,
+            "comb_cta_median": statistics.median((int(g[r, 3]) - int(g[r, 1])) / 1e3 for r in comb),
+            "last_cta_start": (int(main[last, 1]) - start) / 1e3,
             "active_ctas": len(active),
             "blocks_cta0": nblk,
+            "blocks_last": int(tr[last, 14]),
         }
+        for name, k in POINTS:
+            row[f"cta0.{name}"] = cyc(1, k)
+            row[f"last.{name}"] = cyc(1, k, last)
         starts.append(start)
         prev_comb_end = comb_end
         out.append(row)
@@ -170,8 +193,8 @@ def main():
             for row in analyse(traces, wss[0].num_ctas, crow, ghz)[1:]  # layer 0: no predecessor
         ]
         med = {}
-        for k in KEYS:
-            vals = [s[k] for s in samples if s[k] == s[k]]
+        for k in samples[0]:
+            vals = [s[k] for s in samples if s.get(k) == s.get(k)]
             med[k] = statistics.median(vals) if vals else float("nan")
         med.update(
             case=f"B{b} H{h} D{d} {prefix}", layers=n, sm_clock_ghz=ghz,
@@ -186,6 +209,17 @@ def main():
     for m in results:
         cells = " | ".join(f"{m[k]:.2f}" for k in KEYS)
         print(f"| {m['case']} | {m['active_ctas']} | {m['blocks_cta0']} | {cells} |")
+    print("\nmain-kernel points, us after inputs visible: CTA 0 / the CTA that finished last")
+    print("| case | " + " | ".join(n for n, _ in POINTS) + " |")
+    for m in results:
+        cells = " | ".join(f"{m['cta0.' + n]:.2f}/{m['last.' + n]:.2f}" for n, _ in POINTS)
+        print(f"| {m['case']} | {cells} |")
+    print("| case | last CTA start | blocks CTA0/last | combine CTA median |")
+    for m in results:
+        print(
+            f"| {m['case']} | {m['last_cta_start']:.2f} | {m['blocks_cta0']}/{m['blocks_last']} | "
+            f"{m['comb_cta_median']:.2f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

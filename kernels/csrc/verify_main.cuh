@@ -78,9 +78,11 @@ struct PieceWalk {
 };
 
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
-// Trace points (row = CTA): 0 entry, 1 inputs visible, 2 schedule done; load warp: 3 first Q
-// copy issued, 4 first indices landed, 5 last copy issued; math warps: 6 first Q tile landed,
-// 7 first KV block landed, 8 last block's PV done, 9 last epilogue stored; 14 KV blocks done.
+// Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
+// load warp: 10 first index copies issued, 3 first Q copy issued, 4 first indices landed,
+// 5 last copy issued; math warps: 11 walk shared, 6 first Q tile landed, 7 first KV block
+// landed, 8 last block's PV done, 13 last normaliser ready, 9 last epilogue stored;
+// slot 14: KV blocks this CTA did.
 template <int kStages, bool kPipe, int kMode>
 __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
@@ -133,6 +135,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
   const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums);
+  if (tid == 0) trace_point<kTrace>(p, cta, 12);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
     for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
@@ -215,6 +218,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       };
 #pragma unroll
       for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
+      if (kTrace && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
       {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
         const int r = w.row0 + lane < req.rows ? w.row0 + lane : w.row0;
         put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
@@ -250,6 +254,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   // =============================== math warps ===============================
   if (tid == 0) math_walk = w;
   math_sync();
+  if (tid == 0) trace_point<kTrace>(p, cta, 11);
+  int traced_blocks = 0;
   const int mi = warp & 1, kg = warp >> 1;
   const int g = lane >> 2, t4 = lane & 3;
   const int sm_row = tid / T::kSmTpr, sm_col = (tid % T::kSmTpr) * T::kSmCols;
@@ -466,7 +472,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 
     if (kTrace && tid == 0) {
       trace_point<kTrace>(p, cta, 8);
-      p.trace[cta * kTraceSlots + 14] += nb;
+      traced_blocks += nb;
+      p.trace[cta * kTraceSlots + 14] = traced_blocks;
     }
     // ---- epilogue: normalise and store straight from the accumulators ----
     float l_run = l_part;
@@ -487,6 +494,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       }
     }
     math_sync();
+    if (tid == 0) trace_point<kTrace>(p, cta, 13);
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
