@@ -51,6 +51,7 @@ struct VerifyParams {
   int num_ctas;     // grid of the main kernel
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
   int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
+  int combine_wpr;         // warps of the combine kernel a row (set by the launcher)
   // Diagnostic trace variants only (traits.h kTraceSlots): per-CTA timestamps, else unused.
   unsigned long long* trace;
 };

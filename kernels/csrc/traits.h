@@ -91,12 +91,13 @@ constexpr int variant_for_optin(size_t optin) {
 static_assert(variant_smem_bytes(kVariantSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
 static_assert(variant_for_optin(kSm120SmemLimit) == kVariantSmall, "sm_120 must get the small config");
 
-// Combine kernel: grid (rows, kCombineSplits) x kCombineThreads, one 64-col slice per CTA.
+// Combine kernel: grid (row groups, kCombineSplits) x kCombineThreads, 64 columns per CTA.
 // At most kCombineRegs registers a thread, so a combine CTA (16K registers) fits beside a
 // main-kernel CTA (288 x 168) and the next call's main kernel can become resident early (PDL).
-constexpr int kCombineThreads = 256;
+constexpr int kCombineThreads = 128;
 constexpr int kCombineSplits = 8;
-constexpr int kCombineRegs = 64;
+constexpr int kCombineRegs = 128;
+constexpr int kCombineBatch = 34;  // parts a combine warp loads in one round (<= 64)
 constexpr int kCombineMaxParts = 1024;  // max CTAs of the main kernel (num_ctas + 1 parts)
 
 }  // namespace kdtree_mla

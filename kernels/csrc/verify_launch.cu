@@ -50,6 +50,16 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
   return launch(kernel, dim3(p.num_ctas), dim3(VerifyTraits::kThreads), smem, stream, p, pdl);
 }
 
+// Warps of the combine kernel on one output row: enough that one round of kCombineBatch parts a
+// warp covers a typical cut segment, which has about num_ctas * 32 / rows parts (the grid's
+// CTAs share the rows' KV work evenly), plus one for a boundary. From shapes only.
+int combine_warps_per_row(int num_ctas, long long rows) {
+  const long long parts = (static_cast<long long>(num_ctas) * VerifyTraits::kBlockM + rows - 1) / rows + 1;
+  int wpr = 1;
+  while (wpr < kCombineThreads / 32 && wpr * kCombineBatch < parts) wpr *= 2;
+  return wpr;
+}
+
 }  // namespace
 
 int verify_variant_for_device(int device) {
@@ -98,12 +108,15 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   if (e != cudaSuccess) return e;
   if (!(parts & kLaunchCombine)) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
-  const unsigned gx = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  VerifyParams pc = p;
+  pc.combine_wpr = combine_warps_per_row(p.num_ctas, rows);
+  const long long groups = (rows + kCombineThreads / 32 / pc.combine_wpr - 1) / (kCombineThreads / 32 / pc.combine_wpr);
+  const unsigned gx = static_cast<unsigned>(groups < 65535 ? groups : 65535);
   // The combine grid may be scheduled while the main grid drains (PDL); it blocks on
   // griddepcontrol.wait until the main grid's writes are visible.
   auto combine = kVariants[v].mode & kModeTrace ? detail::verify_combine_kernel<true>
                                                 : detail::verify_combine_kernel<false>;
-  return launch(combine, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, p, pdl);
+  return launch(combine, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, pc, pdl);
 }
 
 }  // namespace kdtree_mla
