@@ -235,6 +235,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.o = o.data_ptr();
   p.o_stride_t = o.stride(0);
   p.o_stride_h = o.stride(1);
+  p.o_vec16 = reinterpret_cast<uintptr_t>(o.data_ptr()) % 16 == 0 && o.stride(0) % 8 == 0 && o.stride(1) % 8 == 0;
   p.lse = lse_ptr;
   p.lse_stride_t = lse_stride;
   p.qo_indptr = qo_indptr.data_ptr();

@@ -28,6 +28,7 @@ struct VerifyParams {
   // Output o [T, H, 512] bf16 and optional lse [T, H] fp32 (natural log), may be null.
   void* o;
   int64_t o_stride_t, o_stride_h;
+  int o_vec16;  // o's rows are 16-byte aligned (data and both strides): 16-byte stores
   float* lse;
   int64_t lse_stride_t;
 

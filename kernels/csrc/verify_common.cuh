@@ -133,9 +133,10 @@ __device__ __forceinline__ int units_of(const Request& r, int q) {
   return r.mtiles * ((r.nblk + q - 1) / q);
 }
 
-// Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U).
+// Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U). *mine gets
+// request tid's geometry (valid when tid < B), so callers need no second read of it.
 template <int kThreads>
-__device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums) {
+__device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums, Request* mine) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int w = 0, segs = 0;
   for (int b = tid; b < p.batch; b += kThreads) {
@@ -157,7 +158,12 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   int carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
-    int x = b < p.batch ? units_of(load_request(p, b), q) : 0;
+    int x = 0;
+    if (b < p.batch) {
+      const Request r = load_request(p, b);
+      x = units_of(r, q);
+      if (base == 0) *mine = r;
+    }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, x, o);

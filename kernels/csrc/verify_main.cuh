@@ -106,6 +106,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   uint8_t* idx_s = smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes + T::kRowStatBytes;
   __shared__ int warp_sums[T::kThreads / 32];
   __shared__ int start_info[2];
+  __shared__ Request start_req;
   __shared__ uint8_t mask_s[4 * 16];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
-  const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums);
+  Request mine;  // request tid's geometry (tid < B)
+  const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums, &mine);
   if (tid == 0) trace_point<kTrace>(p, cta, 12);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       p.sched[1] = q;
     }
     for (int b = tid; b < p.batch; b += T::kThreads) {
-      const Request r = load_request(p, b);
+      const Request r = b == tid ? mine : load_request(p, b);
       const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
       for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
     }
@@ -152,12 +154,20 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   const int range_lo = cta * sch.units_per_cta;
   const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
   if (range_lo >= sch.total_units) return;
-  if (tid == 0) {
-    int lo = 0, hi = p.batch - 1;
+  // The request holding unit range_lo (scan[b] <= range_lo < scan[b + 1]): its own thread
+  // publishes the geometry it already has; past the first kThreads requests, thread 0 searches.
+  const int owned = min(p.batch, T::kThreads);
+  if (tid < owned && scan[tid] <= range_lo && range_lo < scan[tid + 1]) {
+    start_req = mine;
+    start_info[0] = tid;
+    start_info[1] = scan[tid];
+  } else if (tid == 0 && scan[owned] <= range_lo) {
+    int lo = owned, hi = p.batch - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
       if (scan[mid] <= range_lo) lo = mid; else hi = mid - 1;
     }
+    start_req = load_request(p, lo);
     start_info[0] = lo;
     start_info[1] = scan[lo];
   }
@@ -167,7 +177,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   w.b = start_info[0];
   w.q = q;
   w.range_hi = range_hi;
-  w.req = load_request(p, w.b);
+  w.req = start_req;
   w.seg_units = (w.req.nblk + q - 1) / q;
   {
     const int off = range_lo - start_info[1];
@@ -493,33 +503,76 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         p.part_lse[slot * T::kBlockM + sm_row] = lse2;
       }
     }
-    math_sync();
+    math_sync();  // inv_s ready; every warp is past its last PV, so red_s is free
     if (tid == 0) trace_point<kTrace>(p, cta, 13);
+    // Stores. Each warp stages its 32 x 64 slice through its own corner of red_s, 8 rows at a
+    // time, and writes whole 16-byte pieces: a quarter of the store instructions of the
+    // fragments' 4- or 8-byte pieces, every 32-byte sector filled. o rows that are not 16-byte
+    // aligned (a strided view) take the direct path.
+    const int col0 = warp * T::kColsPerWarp;
+    if (full && !p.o_vec16) {
 #pragma unroll
-    for (int a = 0; a < 2; ++a)
+      for (int a = 0; a < 2; ++a)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = a * 16 + g + half * 8;
-        const float inv = inv_s[r];
-        const int qr = row0 + r;
-        const int col = warp * T::kColsPerWarp + t4 * 2;
-        if (full) {
+        for (int half = 0; half < 2; ++half) {
+          const int r = a * 16 + g + half * 8;
+          const float inv = inv_s[r];
+          const int qr = row0 + r;
           if (qr < req.rows) {
             __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
-                                 (qr % p.num_heads) * p.o_stride_h + col;
+                                 (qr % p.num_heads) * p.o_stride_h + col0 + t4 * 2;
 #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
               *reinterpret_cast<uint32_t*>(dst + ni * 8) =
                   pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
           }
-        } else {
-          float* dst = p.part_o + (int64_t(slot) * T::kBlockM + r) * T::kHeadDimV + col;
-#pragma unroll
-          for (int ni = 0; ni < 8; ++ni)
-            *reinterpret_cast<float2*>(dst + ni * 8) =
-                make_float2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
         }
-      }
+    } else {
+      constexpr int kRowWords = T::kColsPerWarp / 2 + 4;  // bf16 staging row: 64 cols + pad
+      constexpr int kRowFloats = T::kColsPerWarp + 8;     // fp32 staging row
+      static_assert(T::kMathWarps * 8 * kRowFloats * 4 <= T::kRedBytes, "staging fits red_s");
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int rbase = a * 16 + half * 8;  // this round: rows rbase + g
+          const float inv = inv_s[rbase + g];
+          if (full) {
+            uint32_t* st = reinterpret_cast<uint32_t*>(red_s) + warp * 8 * kRowWords;
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+              st[g * kRowWords + ni * 4 + t4] =
+                  pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 2; ++it) {  // 8 rows x 8 pieces of 16 B
+              const int row = it * 4 + (lane >> 3), piece = lane & 7;
+              const int qr = row0 + rbase + row;
+              if (qr < req.rows) {
+                const uint4 v = *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
+                __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
+                                     (qr % p.num_heads) * p.o_stride_h + col0 + piece * 8;
+                *reinterpret_cast<uint4*>(dst) = v;
+              }
+            }
+          } else {
+            float* st = red_s + warp * 8 * kRowFloats;
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+              *reinterpret_cast<float2*>(&st[g * kRowFloats + ni * 8 + t4 * 2]) =
+                  make_float2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 4; ++it) {  // 8 rows x 16 pieces of 16 B
+              const int row = it * 2 + (lane >> 4), piece = lane & 15;
+              const float4 v = *reinterpret_cast<const float4*>(st + row * kRowFloats + piece * 4);
+              float* dst = p.part_o + (int64_t(slot) * T::kBlockM + rbase + row) * T::kHeadDimV + col0 + piece * 4;
+              *reinterpret_cast<float4*>(dst) = v;
+            }
+          }
+          __syncwarp();  // the staging corner is rewritten by the next round
+        }
+    }
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (tid == 0) math_more = math_walk.next(p);
