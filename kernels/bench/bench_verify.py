@@ -337,11 +337,12 @@ def main():
             variants = {}
             for v in range(1, len(_c.VARIANTS)):
                 case.ws.force_variant = v
-                stages, _, pipe, mode = _c.VARIANTS[v]
+                stages, _, pipe, mode, loaders = _c.VARIANTS[v]
                 if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
                     continue
                 key = f"stages{stages}{'_pipe' if pipe else ''}"
                 key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
+                key += f"_{loaders}lw" if loaders > 1 else ""
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:

@@ -73,11 +73,11 @@ POINTS = (
 )
 
 
-def traced_variant(ext) -> int:
-    for v, (_, _, _, mode) in enumerate(ext.VARIANTS):
-        if mode & 8:
-            return v
-    raise SystemExit("the extension has no traced variant (VARIANTS mode 8)")
+def traced_variants(ext) -> list[int]:
+    found = [v for v, var in enumerate(ext.VARIANTS) if var[3] & 8]
+    if not found:
+        raise SystemExit("the extension has no traced variant (VARIANTS mode 8)")
+    return found
 
 
 def analyse(traces, num_ctas, crow, clock_ghz):
@@ -148,9 +148,10 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variant", type=int, default=None, help="a traced _C.VARIANTS index")
     args = ap.parse_args()
     ext = api.load()
-    variant = traced_variant(ext)
+    variant = traced_variants(ext)[0] if args.variant is None else args.variant
     rows, slots, crow = ext.TRACE_ROWS, ext.TRACE_SLOTS, ext.TRACE_COMBINE_ROW
     results = []
     for ci in (int(x) for x in args.cases.split(",")):

@@ -304,7 +304,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::variant_smem_bytes(v),
-                                         kdtree_mla::kVariants[v].pipe, kdtree_mla::kVariants[v].mode));
-  // (pipeline stages, dynamic smem bytes, pipelined, mode: 0, or 2 loads only / 4 math only / 8 traced)
+                                         kdtree_mla::kVariants[v].pipe, kdtree_mla::kVariants[v].mode,
+                                         kdtree_mla::kVariants[v].loaders));
+  // (pipeline stages, dynamic smem bytes, pipelined, mode: 0, or 2 loads only / 4 math only /
+  // 8 traced, load warps)
   m.attr("VARIANTS") = variants;
 }

@@ -10,10 +10,9 @@ struct VerifyTraits {
   static constexpr int kHeadDimV = 512;
   static constexpr int kBlockM = 32;     // query rows (draft token x head) per CTA tile
   static constexpr int kBlockN = 32;     // KV tokens per block (one pipeline stage)
-  // Main kernel: 8 math warps + 1 load warp (verify_main.cuh).
+  // Main kernel: 8 math warps + 1 or 2 load warps (verify_main.cuh, KernelVariant::loaders).
   static constexpr int kMathWarps = 8;
   static constexpr int kMathThreads = kMathWarps * 32;
-  static constexpr int kThreads = kMathThreads + 32;
   // S = Q K^T: math warp w covers row half (w & 1) and k-group (w >> 1) of the 576 dims.
   static constexpr int kKGroups = 4;
   static constexpr int kKSteps = kHeadDim / 16 / kKGroups;  // 9 mma k16 steps per k-group
@@ -66,12 +65,15 @@ constexpr size_t kSm120SmemLimit = 101376;
 // Mode 8 (correct output) also writes timestamps to VerifyParams::trace (bench/trace_verify.py).
 struct KernelVariant {
   int stages;
-  bool pipe;  // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
-  int mode;   // 0, or a diagnostic: 2 loads only, 4 math only, 8 traced
+  bool pipe;    // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
+  int mode;     // 0, or a diagnostic: 2 loads only, 4 math only, 8 traced
+  int loaders;  // load warps (beside the 8 math warps)
+  constexpr int threads() const { return VerifyTraits::kMathThreads + 32 * loaders; }
 };
-constexpr KernelVariant kVariants[] = {{0, false, 0}, {2, false, 0}, {4, true, 0}, {3, false, 0},
-                                       {5, false, 0}, {4, true, 2},  {4, true, 4}, {4, true, 8}};
-constexpr int kNumVariants = 8;
+constexpr KernelVariant kVariants[] = {{0, false, 0, 1}, {2, false, 0, 1}, {4, true, 0, 1}, {3, false, 0, 1},
+                                       {5, false, 0, 1}, {4, true, 2, 1},  {4, true, 4, 1}, {4, true, 8, 1},
+                                       {4, true, 0, 2},  {2, false, 0, 2}, {4, true, 8, 2}};
+constexpr int kNumVariants = 11;
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows

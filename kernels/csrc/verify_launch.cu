@@ -37,17 +37,18 @@ cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t s
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-template <int kStages, bool kPipe, int kMode>
+template <int kStages, bool kPipe, int kMode, int kLoaders = 1>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
-  auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode>;
+  constexpr int threads = VerifyTraits::kMathThreads + 32 * kLoaders;
+  auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  return launch(kernel, dim3(p.num_ctas), dim3(VerifyTraits::kThreads), smem, stream, p, pdl);
+  return launch(kernel, dim3(p.num_ctas), dim3(threads), smem, stream, p, pdl);
 }
 
 // Warps of the combine kernel on one output row: enough that one round of kCombineBatch parts a
@@ -102,6 +103,9 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream, pdl); break;
       case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream, pdl); break;
       case 7: e = launch_main<4, true, kModeTrace>(p, cache.attr_set[7], stream, pdl); break;
+      case 8: e = launch_main<4, true, 0, 2>(p, cache.attr_set[8], stream, pdl); break;
+      case 9: e = launch_main<2, false, 0, 2>(p, cache.attr_set[9], stream, pdl); break;
+      case 10: e = launch_main<4, true, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }

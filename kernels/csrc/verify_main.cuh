@@ -83,8 +83,13 @@ struct PieceWalk {
 // 5 last copy issued; math warps: 11 walk shared, 6 first Q tile landed, 7 first KV block
 // landed, 8 last block's PV done, 13 last normaliser ready, 9 last epilogue stored;
 // slot 14: KV blocks this CTA did.
-template <int kStages, bool kPipe, int kMode>
-__global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const VerifyParams p) {
+// kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
+// at a time, ~30 ns each, so one warp needs ~1 us per element).
+template <int kStages, bool kPipe, int kMode, int kLoaders>
+__global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_main_kernel(const VerifyParams p) {
+  constexpr int kThreads = T::kMathThreads + 32 * kLoaders;
+  constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
+  static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
@@ -104,7 +109,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;
   uint8_t* idx_s = smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes + T::kRowStatBytes;
-  __shared__ int warp_sums[T::kThreads / 32];
+  __shared__ int warp_sums[kThreads / 32];
   __shared__ int start_info[2];
   __shared__ Request start_req;
   __shared__ uint8_t mask_s[4 * 16];
@@ -136,16 +141,16 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   int* scan = reinterpret_cast<int*>(red_s);
   Request mine;  // request tid's geometry (tid < B)
-  const Schedule sch = make_schedule<T::kThreads>(p, scan, warp_sums, &mine);
+  const Schedule sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
   if (tid == 0) trace_point<kTrace>(p, cta, 12);
   const int q = sch.blocks_per_unit;
   if (cta == 0) {
-    for (int i = tid; i <= p.batch; i += T::kThreads) p.sched[2 + i] = scan[i];
+    for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
     if (tid == 0) {
       p.sched[0] = sch.units_per_cta;
       p.sched[1] = q;
     }
-    for (int b = tid; b < p.batch; b += T::kThreads) {
+    for (int b = tid; b < p.batch; b += kThreads) {
       const Request r = b == tid ? mine : load_request(p, b);
       const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
       for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
@@ -156,7 +161,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   if (range_lo >= sch.total_units) return;
   // The request holding unit range_lo (scan[b] <= range_lo < scan[b + 1]): its own thread
   // publishes the geometry it already has; past the first kThreads requests, thread 0 searches.
-  const int owned = min(p.batch, T::kThreads);
+  const int owned = min(p.batch, kThreads);
   if (tid < owned && scan[tid] <= range_lo && range_lo < scan[tid + 1]) {
     start_req = mine;
     start_info[0] = tid;
@@ -192,8 +197,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
   const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
   int elem = 0;  // running element count: stage elem % kStages, phase (elem / kStages) & 1
 
-  if (warp == T::kMathWarps) {
-    // =============================== load warp ===============================
+  if (warp >= T::kMathWarps) {
+    // =============================== load warps ===============================
+    // Load warp lw copies rows [lw * kLoadRows, (lw + 1) * kLoadRows) of every element; its
+    // lane `lane` takes row `row`. Load warp 0 posts the element's whole byte count.
+    const int lw = warp - T::kMathWarps, row = lw * kLoadRows + lane;
+    const bool active = lane < kLoadRows;
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
     // Copies one element (32 rows; `src` is this lane's row) into the next stage.
@@ -203,21 +212,21 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       const uint32_t full = smem_u32(&full_bar[stage]);
       const uint32_t dst = kv_base + stage * T::kStageBytes;
       if constexpr (!kCopy) {
-        if (lane == 0) mbar_arrive(full);
+        if (lw == 0 && lane == 0) mbar_arrive(full);
       } else {
-        if (lane == 0) mbar_expect_tx(full, 32 * kRowBytes);
+        if (lw == 0 && lane == 0) mbar_expect_tx(full, T::kBlockN * kRowBytes);
         __syncwarp();
-        bulk_copy_g2s(dst + lane * T::kKvRowBytes, src, kRowBytes, full);
+        if (active) bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
       }
       ++elem;
     };
     do {
       const Request& req = w.req;
       auto issue_idx = [&](int blk) {
-        if (blk < w.nb) {
-          const int k = w.tok_lo + blk * T::kBlockN + lane;
+        if (blk < w.nb && active) {
+          const int k = w.tok_lo + blk * T::kBlockN + row;
           if (k < w.tok_hi && k < req.prefix) {
-            const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * T::kBlockN + lane) * 8;
+            const uint32_t dst = idx_base + ((blk % T::kIdxRingBlocks) * T::kBlockN + row) * 8;
             if (idx64)
               cp_async_small<8>(dst, static_cast<const int64_t*>(p.kv_indices) + req.kv_begin + k);
             else
@@ -228,19 +237,19 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
       };
 #pragma unroll
       for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
-      if (kTrace && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
+      if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
       {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
-        const int r = w.row0 + lane < req.rows ? w.row0 + lane : w.row0;
+        const int r = w.row0 + row < req.rows ? w.row0 + row : w.row0;
         put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
-        if (kTrace && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 3);
+        if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 3);
       }
-      // Source row of lane's token in block blk (padding rows repeat the block's first row).
+      // Source of this lane's row in block blk (padding rows past the piece copy the request's
+      // first draft key: any valid row does, their logits are masked).
       auto row_src = [&](int blk) -> const __nv_bfloat16* {
-        const int k0 = w.tok_lo + blk * T::kBlockN;
-        const int r = k0 + lane < w.tok_hi ? lane : 0;
-        const int k = k0 + r;
+        const int k = w.tok_lo + blk * T::kBlockN + row;
+        if (k >= w.tok_hi) return kext + req.qo_begin * p.k_ext_stride;
         if (k < req.prefix) {
-          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + r) * 8;
+          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + row) * 8;
           const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
                                     : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
           return kbuf + idx * p.k_buf_stride;
@@ -248,16 +257,14 @@ __global__ void __launch_bounds__(T::kThreads, 1) verify_main_kernel(const Verif
         return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
       };
       for (int blk = 0; blk < w.nb; ++blk) {
-        cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed,
-        __syncwarp();                        // and lane 0's (padding rows read it)
-        if (kTrace && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
+        cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
+        if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
         put(row_src(blk));
-        __syncwarp();  // slots of block blk read before the ring slot is refilled
-        issue_idx(blk + T::kIdxAhead);
+        issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
       cp_async_wait<0>();
     } while (w.next(p));
-    if (lane == 0) trace_point<kTrace>(p, cta, 5);
+    if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);
     return;
   }
 

@@ -13,16 +13,38 @@ export OUT=$WORK PYTHONUNBUFFERED=1
 pack() { tar czf "$FINAL/diag.tgz" -C "$WORK" . 2>/dev/null; }
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
-SKIP_BENCH=1 bash scripts/device_run.sh 2>&1 | tail -30
+# OLD_TREE=path/to/an/older/kernels: built beside this one and benchmarked in the same run
+# (same cases, same GPU) for a side-by-side comparison.
+if [ -n "${OLD_TREE:-}" ]; then
+  (cd "$OLD_TREE" && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 timeout 400 python3 setup.py build_ext --inplace \
+     > "$WORK/old_build.log" 2>&1; echo "old build rc=$?" >> "$WORK/old_build.log") &
+fi
+MAX_JOBS=8 SKIP_BENCH=1 bash scripts/device_run.sh 2>&1 | tail -30
+wait
+[ -n "${OLD_TREE:-}" ] && tail -1 "$WORK/old_build.log"
 pack
 ls kdtree_mla/_C*.so >/dev/null 2>&1 || { echo "no extension built"; exit 1; }
 timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton --no-sweep \
   --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
 echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
 pack
-timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace.json" ${TRACE_ARGS:-} > "$WORK/trace.log" 2>&1
-echo "trace rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace.log" | tail -12
-pack
+if [ -n "${OLD_TREE:-}" ]; then
+  for i in 1 2; do  # old, new, old, new: the spread between repeats is the noise
+    timeout 200 python3 "$OLD_TREE/bench/bench_verify.py" --json "$WORK/old_bench$i.json" --no-triton --no-sweep \
+      --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" > "$WORK/old_bench$i.log" 2>&1
+    timeout 200 python3 bench/bench_verify.py --json "$WORK/new_bench$i.json" --no-triton --no-sweep \
+      --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" > "$WORK/new_bench$i.log" 2>&1
+    echo "A/B pass $i at $(( $(date +%s) - t0 )) s"
+  done
+  pack
+fi
+for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices
+  va=""; [ "$tv" = default ] || va="--variant $tv"
+  timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace_$tv.json" $va ${TRACE_ARGS:-} \
+    > "$WORK/trace_$tv.log" 2>&1
+  echo "trace $tv rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace_$tv.log" | tail -12
+  pack
+done
 if [ -n "${NCU_CASE:-}" ]; then
   timeout ${NCU_TIMEOUT:-170} bash scripts/ncu_case.sh $NCU_CASE ncu > /dev/null 2>&1
   echo "ncu rc=$? at $(( $(date +%s) - t0 )) s"

@@ -7,10 +7,9 @@
 int main() {
   using namespace kdtree_mla;
   for (int v = 1; v < kNumVariants; ++v)
-    std::printf("variant%d %d %d %zu %d\n", v, kVariants[v].stages, int(kVariants[v].pipe), variant_smem_bytes(v),
-                kVariants[v].mode);
+    std::printf("variant%d %d %d %zu %d %d\n", v, kVariants[v].stages, int(kVariants[v].pipe), variant_smem_bytes(v),
+                kVariants[v].mode, kVariants[v].threads());
   std::printf("variant_sm120 %d\n", variant_for_optin(kSm120SmemLimit));
   std::printf("variant_sm90 %d\n", variant_for_optin(232448));
-  std::printf("threads %d\n", VerifyTraits::kThreads);
   return 0;
 }

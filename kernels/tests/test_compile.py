@@ -105,12 +105,13 @@ def launch_config() -> dict:
     for line in out.splitlines():
         key, *vals = line.split()
         if key.startswith("variant") and key[7:].isdigit():
-            stages, pipe, smem, mode = (int(v) for v in vals)
+            stages, pipe, smem, mode, threads = (int(v) for v in vals)
             cfg["variants"][int(key[7:])] = {
                 "stages": stages,
                 "pipe": pipe,
                 "smem": smem,
                 "mode": mode,
+                "threads": threads,
             }
         else:
             cfg[key] = int(vals[0])
@@ -139,9 +140,9 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         # Registers are allocated per warp in units of 256 and each of the 4 schedulers has a
         # quarter of the file: the scheduler holding the most warps must fit them.
         regs_alloc = -(-f["regs"] // 8) * 8
-        warps_per_scheduler = -(-cfg["threads"] // 32 // 4)
+        warps_per_scheduler = -(-var["threads"] // 32 // 4)
         assert regs_alloc * 32 * warps_per_scheduler <= REGS_PER_SM // 4, (
-            f"{arch} variant {v}: {f['regs']} regs x {cfg['threads']} threads"
+            f"{arch} variant {v}: {f['regs']} regs x {var['threads']} threads"
         )
         if v == chosen:
             assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
@@ -154,7 +155,8 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
 
 def kernel_symbol(main: dict, var: dict) -> str:
     """The mangled name of the main kernel compiled for a variant (exactly one)."""
-    tag = f"verify_main_kernelILi{var['stages']}ELb{var['pipe']}ELi{var['mode']}EE"
+    loaders = (var["threads"] - 256) // 32
+    tag = f"verify_main_kernelILi{var['stages']}ELb{var['pipe']}ELi{var['mode']}ELi{loaders}EE"
     names = [n for n in main if tag in n]
     assert len(names) == 1, f"no single main kernel {tag} among {sorted(main)}"
     return names[0]
