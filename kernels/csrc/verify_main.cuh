@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
     // =============================== load warps ===============================
     // Load warp lw copies rows [lw * kLoadRows, (lw + 1) * kLoadRows) of every element; its
     // lane `lane` takes row `row`. Load warp 0 posts the element's whole byte count.
-    const int lw = warp - T::kMathWarps, row = lw * kLoadRows + lane;
-    const bool active = lane < kLoadRows;
+    const bool active = lane < kLoadRows;  // idle lanes mirror an active lane's row (no copy)
+    const int lw = warp - T::kMathWarps, row = lw * kLoadRows + (active ? lane : 0);
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
     // Copies one element (32 rows; `src` is this lane's row) into the next stage.
