@@ -106,6 +106,8 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 8: e = launch_main<4, true, 0, 2>(p, cache.attr_set[8], stream, pdl); break;
       case 9: e = launch_main<2, false, 0, 2>(p, cache.attr_set[9], stream, pdl); break;
       case 10: e = launch_main<4, true, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
+      case 11: e = launch_main<3, false, 0, 2>(p, cache.attr_set[11], stream, pdl); break;
+      case 12: e = launch_main<4, false, 0, 2>(p, cache.attr_set[12], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }
