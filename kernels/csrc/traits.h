@@ -72,9 +72,9 @@ struct KernelVariant {
 };
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1}, {2, false, 0, 1}, {4, true, 0, 1}, {3, false, 0, 1},
                                        {5, false, 0, 1}, {4, true, 2, 1},  {4, true, 4, 1}, {4, true, 8, 1},
-                                       {4, true, 0, 2},  {2, false, 0, 2}, {4, true, 8, 2}, {3, false, 0, 2},
-                                       {4, false, 0, 2}};
-constexpr int kNumVariants = 13;
+                                       {4, true, 0, 2},  {2, false, 0, 2}, {3, false, 8, 2}, {3, false, 0, 2},
+                                       {4, false, 0, 2}, {2, false, 0, 4}, {3, false, 0, 4}};
+constexpr int kNumVariants = 15;
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows

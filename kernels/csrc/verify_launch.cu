@@ -105,9 +105,11 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 7: e = launch_main<4, true, kModeTrace>(p, cache.attr_set[7], stream, pdl); break;
       case 8: e = launch_main<4, true, 0, 2>(p, cache.attr_set[8], stream, pdl); break;
       case 9: e = launch_main<2, false, 0, 2>(p, cache.attr_set[9], stream, pdl); break;
-      case 10: e = launch_main<4, true, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
+      case 10: e = launch_main<3, false, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
       case 11: e = launch_main<3, false, 0, 2>(p, cache.attr_set[11], stream, pdl); break;
       case 12: e = launch_main<4, false, 0, 2>(p, cache.attr_set[12], stream, pdl); break;
+      case 13: e = launch_main<2, false, 0, 4>(p, cache.attr_set[13], stream, pdl); break;
+      case 14: e = launch_main<3, false, 0, 4>(p, cache.attr_set[14], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }

@@ -81,7 +81,8 @@ struct PieceWalk {
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
 // load warp: 10 first index copies issued, 3 first Q copy issued, 4 first indices landed,
 // 5 last copy issued; math warps: 11 walk shared, 6 first Q tile landed, 7 first KV block
-// landed, 8 last block's PV done, 13 last normaliser ready, 9 last epilogue stored;
+// landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
+// 9 last epilogue stored (all math warps);
 // slot 14: KV blocks this CTA did.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
@@ -469,6 +470,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
     } else if constexpr (!kPipe) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
+        if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
         softmax(i, red_s);  // its barrier: P complete
@@ -580,6 +582,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
           __syncwarp();  // the staging corner is rewritten by the next round
         }
     }
+    if (tid == 0) trace_point<kTrace>(p, cta, 15);
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (tid == 0) math_more = math_walk.next(p);

@@ -199,7 +199,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
 
 
 @pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11, 12])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11, 12, 13, 14])
 def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
