@@ -68,6 +68,7 @@ POINTS = (
     ("kv1_landed", 7),
     ("last_pv", 8),
     ("norm", 13),
+    ("w0_stores", 15),
     ("stored", 9),
     ("load_done", 5),
 )
