@@ -246,6 +246,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.index64 = index64;
   p.batch = static_cast<int>(B);
   p.num_heads = static_cast<int>(H);
+  p.head_shift = __builtin_ctzll(static_cast<unsigned long long>(H));  // H: 8, 16, 32, 64 or 128
   p.num_tokens = static_cast<int>(T);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
   p.part_o = ws.part_o.data_ptr<float>();

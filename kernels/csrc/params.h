@@ -40,7 +40,8 @@ struct VerifyParams {
   int index64;              // IndexWidth flags
 
   int batch;       // B
-  int num_heads;   // H
+  int num_heads;   // H (a power of two)
+  int head_shift;  // log2(H): row r of a request is draft token r >> head_shift, head r & (H - 1)
   int num_tokens;  // T
   float scale_log2;  // sm_scale * log2(e)
 

@@ -83,8 +83,8 @@ constexpr int kTraceSlots = 32;
 constexpr int kTraceCombineRow = 1024;
 constexpr int kTraceCombineCtas = 256;
 constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;
-constexpr int kVariantSmall = 1;
-constexpr int kVariantLarge = 2;
+constexpr int kVariantSmall = 9;
+constexpr int kVariantLarge = 11;
 constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].pipe); }
 constexpr int variant_for_optin(size_t optin) {
   return optin >= variant_smem_bytes(kVariantLarge)   ? kVariantLarge

@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kCombineThreads, 65536 / (kCombineThreads * kC
 
   for (int row0 = blockIdx.x * rows_per_cta; row0 < all_rows; row0 += gridDim.x * rows_per_cta) {
     const int row = row0 + sub;
-    const int t = min(row, all_rows - 1) / p.num_heads;
-    const int h = row % p.num_heads;
+    const int t = min(row, all_rows - 1) >> p.head_shift;
+    const int h = row & (p.num_heads - 1);
     // Loaded before the checks on purpose: t < num_tokens <= the table's rows, and the load
     // then shares its round trip with per_cta's and used_tokens'.
     const int4 info = reinterpret_cast<const int4*>(p.tokinfo)[t];  // qo_begin, prefix, seg_units

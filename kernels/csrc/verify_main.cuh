@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
       if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
       {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
         const int r = w.row0 + row < req.rows ? w.row0 + row : w.row0;
-        put(qg + (req.qo_begin + r / p.num_heads) * p.q_stride_t + (r % p.num_heads) * p.q_stride_h);
+        put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h);
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 3);
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
     const Request& req = math_walk.req;
     const int nb = math_walk.nb, row0 = math_walk.row0, tok_lo = math_walk.tok_lo, tok_hi = math_walk.tok_hi;
     const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / T::kBlockN;
-    const int tok0 = row0 / p.num_heads;
+    const int tok0 = row0 >> p.head_shift;
     if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
       const int i = tok0 + (tid >> 4), j = tid & 15;
       if (i < req.draft && j < req.draft)
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
 
     const int q_row = row0 + sm_row;
     const bool row_ok = q_row < req.rows;
-    const int q_tok = row_ok ? q_row / p.num_heads : 0;
+    const int q_tok = row_ok ? (q_row >> p.head_shift) : 0;
     const int mask_row = (q_tok - tok0) * 16;  // this row's draft-column bytes in mask_s
     float m_run = -CUDART_INF_F, l_part = 0.f;
     float v[T::kSmCols];  // scaled logits of the current block (the slow path reuses them)
@@ -505,8 +505,8 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
       inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
       if (full) {
         if (row_ok && p.lse != nullptr) {
-          const int64_t tok = req.qo_begin + q_row / p.num_heads;
-          p.lse[tok * p.lse_stride_t + q_row % p.num_heads] = lse2 * 0.69314718055994530942f;
+          const int64_t tok = req.qo_begin + (q_row >> p.head_shift);
+          p.lse[tok * p.lse_stride_t + (q_row & (p.num_heads - 1))] = lse2 * 0.69314718055994530942f;
         }
       } else {
         p.part_lse[slot * T::kBlockM + sm_row] = lse2;
@@ -528,8 +528,8 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
           const float inv = inv_s[r];
           const int qr = row0 + r;
           if (qr < req.rows) {
-            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
-                                 (qr % p.num_heads) * p.o_stride_h + col0 + t4 * 2;
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                                 (qr & (p.num_heads - 1)) * p.o_stride_h + col0 + t4 * 2;
 #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
               *reinterpret_cast<uint32_t*>(dst + ni * 8) =
@@ -559,8 +559,8 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
               const int qr = row0 + rbase + row;
               if (qr < req.rows) {
                 const uint4 v = *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
-                __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + qr / p.num_heads) * p.o_stride_t +
-                                     (qr % p.num_heads) * p.o_stride_h + col0 + piece * 8;
+                __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                                     (qr & (p.num_heads - 1)) * p.o_stride_h + col0 + piece * 8;
                 *reinterpret_cast<uint4*>(dst) = v;
               }
             }
