@@ -10,7 +10,7 @@ struct VerifyTraits {
   static constexpr int kHeadDimV = 512;
   static constexpr int kBlockM = 32;     // query rows (draft token x head) per CTA tile
   static constexpr int kBlockN = 32;     // KV tokens per block (one pipeline stage)
-  // Main kernel: 8 math warps + 1 or 2 load warps (verify_main.cuh, KernelVariant::loaders).
+  // Main kernel: 8 math warps + 1, 2 or 4 load warps (verify_main.cuh, KernelVariant::loaders).
   static constexpr int kMathWarps = 8;
   static constexpr int kMathThreads = kMathWarps * 32;
   // S = Q K^T: math warp w covers row half (w & 1) and k-group (w >> 1) of the 576 dims.

@@ -1,17 +1,21 @@
-// MLA target-verify attention, main kernel: 8 math warps + 1 load warp per CTA.
+// MLA target-verify attention, main kernel: 8 math warps + kLoaders load warps per CTA
+// (the launcher's variants use 2).
 //
-// The load warp does all global-to-shared copies, running up to kStages elements ahead of the
+// The load warps do all global-to-shared copies, running up to kStages elements ahead of the
 // math warps through a ring of shared-memory stages guarded by mbarriers:
 //   full[s]  completes when stage s holds its element (bulk-copy transaction count),
 //   empty[s] completes when all 8 math warps are done reading stage s.
 // The element stream of a piece (one M-tile over a range of KV blocks) is its Q tile (32 rows
-// x 576, copied into a stage like a KV block) followed by its KV blocks. Both roles walk the
+// x 576, copied into a stage like a KV block) followed by its KV blocks. All roles walk the
 // same pieces from the same schedule, so they agree on every element's stage and phase. Each
-// row is one 1152-byte cp.async.bulk issued by its own lane (lane r copies row r); the pool
-// indices of prefix tokens reach a shared ring by cp.async kIdxAhead blocks earlier.
-// Why a separate load warp: when every warp issued its share of 16-byte cp.async copies, the
-// math warps stalled behind their own copy instructions and loads and math did not overlap
-// (docs/kernel-benchmarks.md has the measurements).
+// row is one 1152-byte cp.async.bulk; load warp lw copies rows [lw * 32 / kLoaders, ...) of
+// every element, one row a lane; the pool indices of prefix tokens reach a shared ring by
+// cp.async kIdxAhead blocks earlier (each lane fetches its own row's).
+// Why separate load warps: when every warp issued its share of 16-byte cp.async copies, the
+// math warps stalled behind their own copy instructions and loads and math did not overlap.
+// Why two: a bulk copy takes uniform operands, so a warp's 32 per-lane copies issue one at a
+// time (~1 us a stage), which left the math warps waiting for data at B=8 (session 3's trace
+// and Nsight Compute; docs/kernel-benchmarks.md has the measurements).
 //
 // Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over the
 // block's 32 tokens (its Q fragments, 16 x 144, stay in registers for the piece); the four
@@ -21,10 +25,11 @@
 // block has no shuffles and no rescale, and the row sum is reduced once at the end. Warp w
 // then accumulates output columns [64 w, 64 w + 64) of P V (V = the first 512 columns of the
 // same stage). The kPipe variant computes S of block i+1 before the softmax of block i
-// (double-buffered partials). The math warps sync on named barrier 1 and write the epilogue
-// from registers (the stages may already hold the next piece). 9 warps fit 168 registers a
-// thread; a 17th warp beside 16 math warps would leave 96 (the scheduler holding 5 warps has
-// 16K registers), which is why there are 8 math warps.
+// (double-buffered partials). The math warps sync on named barrier 1; the epilogue stages each
+// warp's slice through the (then idle) S-partial buffer, not the stages (they may already hold
+// the next piece). 10 warps fit 168 registers a thread (a scheduler holds at most 3); a 17th
+// warp beside 16 math warps would leave 96 (the scheduler holding 5 warps has 16K registers),
+// which is why there are 8 math warps.
 #pragma once
 
 #include "verify_common.cuh"
