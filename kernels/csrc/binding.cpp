@@ -119,9 +119,10 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
     KD_CHECK_VALUE(t.defined() && t.device() == w.part_o.device(), name, ": must be on ", w.part_o.device(),
                    " like workspace.partial_o");
   }
-  KD_CHECK_VALUE(w.part_o.scalar_type() == at::kFloat && w.part_o.is_contiguous() &&
-                     w.part_o.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM * VerifyTraits::kHeadDimV,
-                 "workspace.partial_o: must be contiguous float32 [2*num_ctas, 32, 512]");
+  KD_CHECK_VALUE(w.part_o.scalar_type() == at::kBFloat16 && w.part_o.is_contiguous() &&
+                     w.part_o.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM * VerifyTraits::kHeadDimV &&
+                     reinterpret_cast<uintptr_t>(w.part_o.data_ptr()) % 16 == 0,
+                 "workspace.partial_o: must be contiguous 16-byte aligned bfloat16 [2*num_ctas, 32, 512]");
   KD_CHECK_VALUE(w.part_lse.scalar_type() == at::kFloat && w.part_lse.is_contiguous() &&
                      w.part_lse.numel() >= 2 * w.num_ctas * VerifyTraits::kBlockM,
                  "workspace.partial_lse: must be contiguous float32 [2*num_ctas, 32]");
@@ -249,7 +250,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.head_shift = __builtin_ctzll(static_cast<unsigned long long>(H));  // H: 8, 16, 32, 64 or 128
   p.num_tokens = static_cast<int>(T);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
-  p.part_o = ws.part_o.data_ptr<float>();
+  p.part_o = ws.part_o.data_ptr();
   p.part_lse = ws.part_lse.data_ptr<float>();
   p.sched = ws.sched.data_ptr<int>();
   p.tokinfo = ws.tokinfo.data_ptr<int>();

@@ -46,7 +46,7 @@ struct VerifyParams {
   float scale_log2;  // sm_scale * log2(e)
 
   // Workspace (kdtree_mla.api.VerifyWorkspace).
-  float* part_o;    // [2 * num_ctas, BLOCK_M, 512]
+  void* part_o;     // [2 * num_ctas, BLOCK_M, 512] bf16 (normalised partial O)
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
   int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}

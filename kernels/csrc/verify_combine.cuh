@@ -67,13 +67,15 @@ __global__ void __launch_bounds__(kCombineThreads, 65536 / (kCombineThreads * kC
     // used; the lanes load the round's LSEs and broadcast the weights).
     float m = -CUDART_INF_F, l = 0.f;  // m: warp-uniform running max; l: this lane's parts
     float2 a = make_float2(0.f, 0.f);
-    const float* obase = p.part_o + r * T::kHeadDimV + col0 + lane * 2;  // + slot * 32 * 512 (< 2^31)
+    // bf16 pairs of this lane's 2 columns; + slot * 32 * 512 (< 2^31)
+    const uint32_t* obase = reinterpret_cast<const uint32_t*>(static_cast<const __nv_bfloat16*>(p.part_o) +
+                                                              r * T::kHeadDimV + col0 + lane * 2);
     for (int k0 = wr; k0 < nparts; k0 += wpr * kBatch) {
-      float2 x[kBatch];
+      uint32_t x[kBatch];  // this lane's bf16 pair of each part
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {  // past the last part: re-read it (weight 0 below)
         const int k = min(k0 + u * wpr, nparts - 1);
-        x[u] = *reinterpret_cast<const float2*>(obase + slot_of(k) * (T::kBlockM * T::kHeadDimV));
+        x[u] = obase[slot_of(k) * (T::kBlockM * T::kHeadDimV / 2)];
       }
       // Lane j holds the LSEs of the round's parts j and j + 32.
       const int kl0 = k0 + lane * wpr, kl1 = k0 + (lane + 32) * wpr;
@@ -91,8 +93,9 @@ __global__ void __launch_bounds__(kCombineThreads, 65536 / (kCombineThreads * kC
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const float sn = __shfl_sync(0xffffffffu, u < 32 ? sl0 : sl1, u & 31);
-        a.x += sn * x[u].x;
-        a.y += sn * x[u].y;
+        const float2 xu = unpack_bf16x2(x[u]);
+        a.x += sn * xu.x;
+        a.y += sn * xu.y;
       }
       m = m_new;
     }

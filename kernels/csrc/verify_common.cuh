@@ -71,6 +71,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
+// The inverse: (lo, hi) of a packed bf16 pair, exactly.
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t x) {
+  return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
 
 // Per-request geometry, read from the index pointers.
 struct Request {
@@ -103,17 +107,27 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   return r;
 }
 
-// Block-wide sum of x over the CTA (all threads get it). warp_sums: kThreads / 32 ints of smem.
+// Block-wide sums of (x, y) over the CTA (all threads get them). warp_sums: 2 * kThreads / 32
+// ints of smem.
 template <int kThreads>
-__device__ __forceinline__ int block_sum(int x, int* warp_sums) {
+__device__ __forceinline__ int2 block_sum2(int x, int y, int* warp_sums) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  for (int o = 16; o > 0; o >>= 1) {
+    x += __shfl_xor_sync(0xffffffffu, x, o);
+    y += __shfl_xor_sync(0xffffffffu, y, o);
+  }
   __syncthreads();
-  if (lane == 0) warp_sums[warp] = x;
+  if (lane == 0) {
+    warp_sums[2 * warp] = x;
+    warp_sums[2 * warp + 1] = y;
+  }
   __syncthreads();
-  int total = 0;
-  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
+  int2 total = make_int2(0, 0);
+  for (int i = 0; i < kThreads / 32; ++i) {
+    total.x += warp_sums[2 * i];
+    total.y += warp_sums[2 * i + 1];
+  }
   return total;
 }
 
@@ -141,11 +155,12 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   int w = 0, segs = 0;
   for (int b = tid; b < p.batch; b += kThreads) {
     const Request r = load_request(p, b);
+    if (b == tid) *mine = r;
     w += r.mtiles * r.nblk;
     segs += r.nblk > 0 ? r.mtiles : 0;
   }
-  const int total_blocks = block_sum<kThreads>(w, warp_sums);
-  const int total_segs = block_sum<kThreads>(segs, warp_sums);
+  const int2 totals = block_sum2<kThreads>(w, segs, warp_sums);
+  const int total_blocks = totals.x, total_segs = totals.y;
   const int min_blocks = max(p.min_blocks_per_cta, 1);
   Schedule s;
   if (total_segs * 4 <= p.num_ctas) {
@@ -158,12 +173,7 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   int carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
     const int b = base + tid;
-    int x = 0;
-    if (b < p.batch) {
-      const Request r = load_request(p, b);
-      x = units_of(r, q);
-      if (base == 0) *mine = r;
-    }
+    int x = b < p.batch ? units_of(base == 0 ? *mine : load_request(p, b), q) : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, x, o);

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
   float* alpha_s = reinterpret_cast<float*>(smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes);
   float* inv_s = alpha_s + T::kBlockM;
   uint8_t* idx_s = smem + kStages * T::kStageBytes + kReds * T::kRedBytes + T::kPBytes + T::kRowStatBytes;
-  __shared__ int warp_sums[kThreads / 32];
+  __shared__ int warp_sums[2 * kThreads / 32];
   __shared__ int start_info[2];
   __shared__ Request start_req;
   __shared__ uint8_t mask_s[4 * 16];
@@ -519,10 +519,11 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
     }
     math_sync();  // inv_s ready; every warp is past its last PV, so red_s is free
     if (tid == 0) trace_point<kTrace>(p, cta, 13);
-    // Stores. Each warp stages its 32 x 64 slice through its own corner of red_s, 8 rows at a
-    // time, and writes whole 16-byte pieces: a quarter of the store instructions of the
-    // fragments' 4- or 8-byte pieces, every 32-byte sector filled. o rows that are not 16-byte
-    // aligned (a strided view) take the direct path.
+    // Stores. Each warp stages its 32 x 64 slice (bf16) through its own corner of red_s, 8 rows
+    // at a time, and writes whole 16-byte pieces: a quarter of the store instructions of the
+    // fragments' 4-byte pieces, every 32-byte sector filled. Partials are bf16 too (half the
+    // bytes of fp32 for these stores and the combine's loads; their LSE stays fp32). o rows that
+    // are not 16-byte aligned (a strided view) take the direct path.
     const int col0 = warp * T::kColsPerWarp;
     if (full && !p.o_vec16) {
 #pragma unroll
@@ -542,47 +543,34 @@ __global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_mai
           }
         }
     } else {
-      constexpr int kRowWords = T::kColsPerWarp / 2 + 4;  // bf16 staging row: 64 cols + pad
-      constexpr int kRowFloats = T::kColsPerWarp + 8;     // fp32 staging row
-      static_assert(T::kMathWarps * 8 * kRowFloats * 4 <= T::kRedBytes, "staging fits red_s");
+      // Both outputs are bf16 rows of 512: o's (token, head) row, or the partial slot's row.
+      constexpr int kRowWords = T::kColsPerWarp / 2 + 4;  // staging row: 64 bf16 + 16 B pad
+      static_assert(T::kMathWarps * 8 * kRowWords * 4 <= T::kRedBytes, "staging fits red_s");
+      __nv_bfloat16* part = static_cast<__nv_bfloat16*>(p.part_o) + int64_t(slot) * T::kBlockM * T::kHeadDimV;
 #pragma unroll
       for (int a = 0; a < 2; ++a)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int rbase = a * 16 + half * 8;  // this round: rows rbase + g
           const float inv = inv_s[rbase + g];
-          if (full) {
-            uint32_t* st = reinterpret_cast<uint32_t*>(red_s) + warp * 8 * kRowWords;
+          uint32_t* st = reinterpret_cast<uint32_t*>(red_s) + warp * 8 * kRowWords;
 #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-              st[g * kRowWords + ni * 4 + t4] =
-                  pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
-            __syncwarp();
+          for (int ni = 0; ni < 8; ++ni)
+            st[g * kRowWords + ni * 4 + t4] = pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+          __syncwarp();
 #pragma unroll
-            for (int it = 0; it < 2; ++it) {  // 8 rows x 8 pieces of 16 B
-              const int row = it * 4 + (lane >> 3), piece = lane & 7;
-              const int qr = row0 + rbase + row;
-              if (qr < req.rows) {
-                const uint4 v = *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
-                __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
-                                     (qr & (p.num_heads - 1)) * p.o_stride_h + col0 + piece * 8;
-                *reinterpret_cast<uint4*>(dst) = v;
-              }
-            }
-          } else {
-            float* st = red_s + warp * 8 * kRowFloats;
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-              *reinterpret_cast<float2*>(&st[g * kRowFloats + ni * 8 + t4 * 2]) =
-                  make_float2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
-            __syncwarp();
-#pragma unroll
-            for (int it = 0; it < 4; ++it) {  // 8 rows x 16 pieces of 16 B
-              const int row = it * 2 + (lane >> 4), piece = lane & 15;
-              const float4 v = *reinterpret_cast<const float4*>(st + row * kRowFloats + piece * 4);
-              float* dst = p.part_o + (int64_t(slot) * T::kBlockM + rbase + row) * T::kHeadDimV + col0 + piece * 4;
-              *reinterpret_cast<float4*>(dst) = v;
-            }
+          for (int it = 0; it < 2; ++it) {  // 8 rows x 8 pieces of 16 B
+            const int row = it * 4 + (lane >> 3), piece = lane & 7;
+            const int r = rbase + row, qr = row0 + r;
+            __nv_bfloat16* dst = nullptr;
+            if (!full)
+              dst = part + r * T::kHeadDimV;
+            else if (qr < req.rows)
+              dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                    (qr & (p.num_heads - 1)) * p.o_stride_h;
+            if (dst != nullptr)
+              *reinterpret_cast<uint4*>(dst + col0 + piece * 8) =
+                  *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
           }
           __syncwarp();  // the staging corner is rewritten by the next round
         }

@@ -174,7 +174,7 @@ class VerifyWorkspace:
     """Device scratch for one model's verify calls, allocated once.
 
     The split-KV kernel runs a fixed grid of ``num_ctas`` CTAs (one per SM) whatever the
-    lengths are; each CTA leaves at most two partial results (512 fp32 values and one LSE per
+    lengths are; each CTA leaves at most two partial results (512 bf16 values and one fp32 LSE per
     row, ``BLOCK_M`` rows), merged by a second fixed-geometry kernel. So the partial buffers do
     not depend on context length; the declared maximum only bounds the schedule table
     (``max_batch + 1`` ints) and what a call may pass.
@@ -218,9 +218,10 @@ class VerifyWorkspace:
         self.limits = _Limits(int(max_batch), int(max_tokens), int(num_heads))
         self.device = dev
         self.num_ctas = int(num_ctas)
-        # Two partial slots per CTA; each slot is BLOCK_M rows of 512 fp32 plus BLOCK_M LSEs.
+        # Two partial slots per CTA; each slot is BLOCK_M rows of 512 bf16 (normalised partial
+        # output) plus BLOCK_M fp32 LSEs.
         self.partial_o = torch.empty(
-            (2 * self.num_ctas, BLOCK_M, HEAD_DIM_V), dtype=torch.float32, device=dev
+            (2 * self.num_ctas, BLOCK_M, HEAD_DIM_V), dtype=torch.bfloat16, device=dev
         )
         self.partial_lse = torch.empty(
             (2 * self.num_ctas, BLOCK_M), dtype=torch.float32, device=dev
