@@ -157,7 +157,8 @@ class Case:
         self.kv_bytes = base.kv_bytes()
         self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
 
-    def ours(self, i):
+    def ours(self, i, ws=None):
+        """Layer i's call, on the case's workspace unless `ws` is given."""
         x, m = self.layers[i], self.meta
         api.extend_attention_fwd(
             x.q,
@@ -174,7 +175,7 @@ class Case:
             m.mask_indptr,
             self.d,
             m.sm_scale,
-            workspace=self.ws,
+            workspace=self.ws if ws is None else ws,
         )
 
     def triton(self, fn, i):

@@ -1,22 +1,22 @@
 """Where the time of one verify call goes (diagnostic; run on the device after the build).
 
-Runs the traced kernel variant (``_C.VARIANTS`` mode 8: the H200 default plus %globaltimer
-and clock64 stamps at fixed points, csrc/verify_main.cuh and verify_combine.cuh) in one CUDA
+Runs a traced kernel variant (``_C.VARIANTS`` mode 8: by default the twin of the device's
+default variant, plus %globaltimer and clock64 stamps at fixed points, csrc/verify_main.cuh
+and verify_combine.cuh) in one CUDA
 graph of L layers, each layer with its own workspace and trace buffer, exactly as
 bench_verify.py's graph mode otherwise. Per case it prints the medians over replays and
 layers of:
 
   gap     previous layer's combine finished -> this main kernel's inputs visible
-  sched   inputs visible -> schedule done (CTA 0)
-  idx     schedule done -> first prefix indices landed (load warp of CTA 0)
-  q       schedule done -> first Q tile landed (math warps of CTA 0)
-  kv1     schedule done -> first KV block landed (CTA 0)
   blocks  first KV block landed -> last PV done (CTA 0), and per block
   epi     last PV done -> last epilogue stored (CTA 0)
   main    inputs visible -> last main CTA done
   m>c     last main CTA done -> combine's inputs visible
   comb    combine inputs visible -> last combine CTA done
   period  one layer's call, inputs visible to the next layer's inputs visible
+
+and, for CTA 0 and for the CTA that finished last, every main-kernel trace point's offset from
+inputs visible (POINTS).
 
     python3 kernels/bench/trace_verify.py [--cases 0,2,4] [--reps 20] [--json out.json]
 
@@ -43,10 +43,6 @@ from kdtree_mla import api  # noqa: E402
 
 KEYS = (
     "gap",
-    "sched",
-    "idx",
-    "q",
-    "kv1",
     "blocks",
     "per_block",
     "epi",
@@ -74,11 +70,13 @@ POINTS = (
 )
 
 
-def traced_variants(ext) -> list[int]:
-    found = [v for v, var in enumerate(ext.VARIANTS) if var[3] & 8]
-    if not found:
-        raise SystemExit("the extension has no traced variant (VARIANTS mode 8)")
-    return found
+def traced_variant(ext) -> int:
+    """The traced twin (same stages, overlap and load warps) of the device's default variant."""
+    stages, _, pipe, _, loaders = ext.VARIANTS[ext.variant_for_device(torch.cuda.current_device())]
+    for v, (s, _, pp, mode, lw) in enumerate(ext.VARIANTS):
+        if mode & 8 and (s, pp, lw) == (stages, pipe, loaders):
+            return v
+    raise SystemExit("no traced twin of the device's default variant; pass --variant")
 
 
 def analyse(traces, num_ctas, crow, clock_ghz):
@@ -104,10 +102,6 @@ def analyse(traces, num_ctas, crow, clock_ghz):
         nblk = int(tr[0, 14])
         row = {
             "gap": (start - prev_comb_end) / 1e3 if prev_comb_end else float("nan"),
-            "sched": cyc(1, 2),
-            "idx": cyc(2, 4),
-            "q": cyc(2, 6),
-            "kv1": cyc(2, 7),
             "blocks": cyc(7, 8),
             "per_block": cyc(7, 8) / max(nblk - 1, 1),
             "epi": cyc(8, 9),
@@ -152,7 +146,7 @@ def main():
     ap.add_argument("--variant", type=int, default=None, help="a traced _C.VARIANTS index")
     args = ap.parse_args()
     ext = api.load()
-    variant = traced_variants(ext)[0] if args.variant is None else args.variant
+    variant = traced_variant(ext) if args.variant is None else args.variant
     rows, slots, crow = ext.TRACE_ROWS, ext.TRACE_SLOTS, ext.TRACE_COMBINE_ROW
     results = []
     for ci in (int(x) for x in args.cases.split(",")):
@@ -167,21 +161,13 @@ def main():
             wss.append(ws)
             bufs.append(ws.trace)
 
-        def call(i, case=case, wss=wss):
-            x, m = case.layers[i], case.meta
-            api.extend_attention_fwd(
-                x.q, x.k_extend, x.v_extend, case.outs[i], x.k_buffer, x.v_buffer,
-                m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask, True, m.mask_indptr,
-                case.d, m.sm_scale, workspace=wss[i],
-            )  # fmt: skip
-
         for i in range(n):
-            call(i)
+            case.ours(i, wss[i])
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(n):
-                call(i)
+                case.ours(i, wss[i])
         per_rep = []
         for r in range(args.reps + 2):
             g.replay()

@@ -70,11 +70,13 @@ struct KernelVariant {
   int loaders;  // load warps (beside the 8 math warps)
   constexpr int threads() const { return VerifyTraits::kMathThreads + 32 * loaders; }
 };
+// The same as a compile-time constant, for the kernel and its launch.
+template <int kLoaders>
+constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1}, {2, false, 0, 1}, {4, true, 0, 1}, {3, false, 0, 1},
                                        {5, false, 0, 1}, {4, true, 2, 1},  {4, true, 4, 1}, {4, true, 8, 1},
-                                       {4, true, 0, 2},  {2, false, 0, 2}, {3, false, 8, 2}, {3, false, 0, 2},
-                                       {4, false, 0, 2}, {2, false, 0, 4}, {3, false, 0, 4}};
-constexpr int kNumVariants = 15;
+                                       {4, true, 0, 2},  {2, false, 0, 2}, {3, false, 8, 2}, {3, false, 0, 2}};
+constexpr int kNumVariants = 12;
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
@@ -94,9 +96,8 @@ constexpr int variant_for_optin(size_t optin) {
 static_assert(variant_smem_bytes(kVariantSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
 static_assert(variant_for_optin(kSm120SmemLimit) == kVariantSmall, "sm_120 must get the small config");
 
-// Combine kernel: grid (row groups, kCombineSplits) x kCombineThreads, 64 columns per CTA.
-// At most kCombineRegs registers a thread, so a combine CTA (16K registers) fits beside a
-// main-kernel CTA (288 x 168) and the next call's main kernel can become resident early (PDL).
+// Combine kernel: grid (row groups, kCombineSplits) x kCombineThreads, 64 columns per CTA,
+// at most kCombineRegs registers a thread (16K a CTA).
 constexpr int kCombineThreads = 128;
 constexpr int kCombineSplits = 8;
 constexpr int kCombineRegs = 128;

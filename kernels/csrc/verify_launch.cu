@@ -40,7 +40,6 @@ cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t s
 template <int kStages, bool kPipe, int kMode, int kLoaders = 1>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream, bool pdl) {
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
-  constexpr int threads = VerifyTraits::kMathThreads + 32 * kLoaders;
   auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -48,7 +47,7 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  return launch(kernel, dim3(p.num_ctas), dim3(threads), smem, stream, p, pdl);
+  return launch(kernel, dim3(p.num_ctas), dim3(kMainThreads<kLoaders>), smem, stream, p, pdl);
 }
 
 // Warps of the combine kernel on one output row: enough that one round of kCombineBatch parts a
@@ -107,9 +106,6 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
       case 9: e = launch_main<2, false, 0, 2>(p, cache.attr_set[9], stream, pdl); break;
       case 10: e = launch_main<3, false, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
       case 11: e = launch_main<3, false, 0, 2>(p, cache.attr_set[11], stream, pdl); break;
-      case 12: e = launch_main<4, false, 0, 2>(p, cache.attr_set[12], stream, pdl); break;
-      case 13: e = launch_main<2, false, 0, 4>(p, cache.attr_set[13], stream, pdl); break;
-      case 14: e = launch_main<3, false, 0, 4>(p, cache.attr_set[14], stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }
@@ -118,7 +114,8 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
   VerifyParams pc = p;
   pc.combine_wpr = combine_warps_per_row(p.num_ctas, rows);
-  const long long groups = (rows + kCombineThreads / 32 / pc.combine_wpr - 1) / (kCombineThreads / 32 / pc.combine_wpr);
+  const int rows_per_cta = kCombineThreads / 32 / pc.combine_wpr;
+  const long long groups = (rows + rows_per_cta - 1) / rows_per_cta;
   const unsigned gx = static_cast<unsigned>(groups < 65535 ? groups : 65535);
   // The combine grid may be scheduled while the main grid drains (PDL); it blocks on
   // griddepcontrol.wait until the main grid's writes are visible.

@@ -92,8 +92,8 @@ struct PieceWalk {
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
 template <int kStages, bool kPipe, int kMode, int kLoaders>
-__global__ void __launch_bounds__(T::kMathThreads + 32 * kLoaders, 1) verify_main_kernel(const VerifyParams p) {
-  constexpr int kThreads = T::kMathThreads + 32 * kLoaders;
+__global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(const VerifyParams p) {
+  constexpr int kThreads = kMainThreads<kLoaders>;
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;

@@ -35,9 +35,12 @@ def api():
     return _api
 
 
-def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False):
+def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False, out=None):
+    """One call into `out` (default: a new NaN-filled [T, H, 512] tensor); returns (o, lse)."""
     t, h = inp.num_tokens, inp.num_heads
-    o = torch.full((t, h, 512), float("nan"), dtype=torch.bfloat16, device=inp.q.device)
+    if out is None:
+        out = torch.full((t, h, 512), float("nan"), dtype=torch.bfloat16, device=inp.q.device)
+    o = out
     lse_t = (
         torch.full((t, h), float("nan"), dtype=torch.float32, device=inp.q.device) if lse else None
     )
@@ -199,7 +202,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
 
 
 @pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11, 12, 13, 14])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11])
 def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
@@ -227,21 +230,7 @@ def test_output_view_rows_not_16_byte_aligned():
     t, h = inp.num_tokens, inp.num_heads
     buf = torch.full((t, h, 514), float("nan"), dtype=torch.bfloat16, device="cuda")
     o = buf[:, :, 2:]  # data 4 bytes past a 16-byte boundary, strides 514 * h and 514
-    api().verify_attention(
-        q=inp.q,
-        k_extend=inp.k_extend,
-        v_extend=inp.v_extend,
-        out=o,
-        k_buffer=inp.k_buffer,
-        v_buffer=inp.v_buffer,
-        qo_indptr=inp.qo_indptr,
-        kv_indptr=inp.kv_indptr,
-        kv_indices=inp.kv_indices,
-        custom_mask=inp.custom_mask,
-        mask_indptr=inp.mask_indptr,
-        sm_scale=inp.sm_scale,
-        workspace=workspace(inp),
-    )
+    run_kernel(inp, workspace(inp), lse=False, out=o)
     torch.cuda.synchronize()
     o_ref, _ = reference(inp)
     assert not torch.isnan(o).any()
