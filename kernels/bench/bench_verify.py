@@ -327,11 +327,17 @@ def main():
             )
             out = case.outs[-1].double()
             row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
-        # Stage breakdown in a graph: main kernel alone, combine alone (diagnostic launch_parts).
+        # The same calls merging in the combine kernel (split_combine) instead of the fused
+        # merge, side by side; then that path's main kernel alone and combine alone (diagnostic
+        # launch_parts), a graph each.
+        row["fused"] = case.ws.fused
+        case.ws.split_combine = 1
+        row["split_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
         for parts, key in ((1, "main_only_graph_us"), (2, "combine_only_graph_us")):
             case.ws.launch_parts = parts
             row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
         case.ws.launch_parts = 3
+        case.ws.split_combine = 0
         if args.variants or (not args.no_sweep and h == 8 and prefix >= 23000):
             from kdtree_mla import _C as _c
 
@@ -375,14 +381,15 @@ def main():
         torch.cuda.empty_cache()
 
     print(
-        "\n| B | H | D | prefix | floor us | ours graph us | main only | combine only | ours eager us | "
+        "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
         "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
         print(
             f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
-            f"{r['ours_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | {r['combine_only_graph_us']:.1f} | "
+            f"{r['ours_graph_us']:.1f} | {r['split_graph_us']:.1f} | {r['main_only_graph_us']:.1f} | "
+            f"{r['combine_only_graph_us']:.1f} | "
             f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
             f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
             f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |"
@@ -393,6 +400,9 @@ def main():
             sw = r.get("variant_sweep_graph_us", {})
             cells = [f"{sw[k]:.1f}" if isinstance(sw.get(k), float) else "-" for k in variant_keys]
             print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | " + " | ".join(cells) + " |")
+    # 1: fused (cooperative) launches use PDL; 2: the driver refused the pair (no PDL).
+    res["fused_pdl"] = _C.fused_pdl(torch.cuda.current_device())
+    print(f"fused launches with PDL: {res['fused_pdl']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

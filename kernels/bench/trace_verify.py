@@ -7,12 +7,12 @@ graph of L layers, each layer with its own workspace and trace buffer, exactly a
 bench_verify.py's graph mode otherwise. Per case it prints the medians over replays and
 layers of:
 
-  gap     previous layer's combine finished -> this main kernel's inputs visible
+  gap     previous layer's call finished -> this main kernel's inputs visible
   blocks  first KV block landed -> last PV done (CTA 0), and per block
   epi     last PV done -> last epilogue stored (CTA 0)
-  main    inputs visible -> last main CTA done
-  m>c     last main CTA done -> combine's inputs visible
-  comb    combine inputs visible -> last combine CTA done
+  main    inputs visible -> last main CTA done (its fused merge included)
+  m>c     last main CTA done -> combine's inputs visible (two-kernel path, --split)
+  comb    combine inputs visible -> last combine CTA done (two-kernel path)
   period  one layer's call, inputs visible to the next layer's inputs visible
 
 and, for CTA 0 and for the CTA that finished last, every main-kernel trace point's offset from
@@ -66,6 +66,9 @@ POINTS = (
     ("norm", 13),
     ("w0_stores", 15),
     ("stored", 9),
+    ("published", 16),  # fused merge: partial stored and counted (last cut piece)
+    ("cuts_ready", 17),  # fused merge: every part of the first cut segment stored
+    ("merged", 18),  # fused merge: this CTA's merge share written
     ("load_done", 5),
 )
 
@@ -82,18 +85,24 @@ def traced_variant(ext) -> int:
 def analyse(traces, num_ctas, crow, clock_ghz):
     """Intervals (us) of each layer from the host copies of its trace buffers."""
     out = []
-    prev_comb_end = None
+    prev_end = None
     starts = []
+    nan = float("nan")
     for tr in traces:
-        g, c = tr[:, :16], tr[:, 16:]
+        half = tr.shape[1] // 2
+        g, c = tr[:, :half], tr[:, half:]
         main = g[:num_ctas]
         active = [i for i in range(num_ctas) if main[i, 2] != 0]
         start = min(int(main[i, 1]) for i in range(num_ctas))
-        last = max(active, key=lambda i: int(main[i, 9]))
-        main_end = int(main[last, 9])
+
+        def done(i, main=main):  # a CTA's last point: its merge share, else its last store
+            return max(int(main[i, 9]), int(main[i, 18]))
+
+        last = max(active, key=done)
+        main_end = done(last)
         comb = [r for r in range(crow, tr.shape[0]) if g[r, 0] != 0]
-        comb_vis = min(int(g[r, 1]) for r in comb)
-        comb_end = max(int(g[r, 3]) for r in comb)
+        comb_vis = min(int(g[r, 1]) for r in comb) if comb else None
+        comb_end = max(int(g[r, 3]) for r in comb) if comb else main_end
 
         def cyc(a, b, row=0, c=c):
             ca, cb = c[row, a], c[row, b]
@@ -101,14 +110,18 @@ def analyse(traces, num_ctas, crow, clock_ghz):
 
         nblk = int(tr[0, 14])
         row = {
-            "gap": (start - prev_comb_end) / 1e3 if prev_comb_end else float("nan"),
+            "gap": (start - prev_end) / 1e3 if prev_end else nan,
             "blocks": cyc(7, 8),
             "per_block": cyc(7, 8) / max(nblk - 1, 1),
             "epi": cyc(8, 9),
             "main": (main_end - start) / 1e3,
-            "m>c": (comb_vis - main_end) / 1e3,
-            "comb": (comb_end - comb_vis) / 1e3,
-            "comb_cta_median": statistics.median((int(g[r, 3]) - int(g[r, 1])) / 1e3 for r in comb),
+            "m>c": (comb_vis - main_end) / 1e3 if comb else nan,
+            "comb": (comb_end - comb_vis) / 1e3 if comb else nan,
+            "comb_cta_median": (
+                statistics.median((int(g[r, 3]) - int(g[r, 1])) / 1e3 for r in comb)
+                if comb
+                else nan
+            ),
             "last_cta_start": (int(main[last, 1]) - start) / 1e3,
             "active_ctas": len(active),
             "blocks_cta0": nblk,
@@ -118,7 +131,7 @@ def analyse(traces, num_ctas, crow, clock_ghz):
             row[f"cta0.{name}"] = cyc(1, k)
             row[f"last.{name}"] = cyc(1, k, last)
         starts.append(start)
-        prev_comb_end = comb_end
+        prev_end = comb_end
         out.append(row)
     for i in range(len(out) - 1):
         out[i]["period"] = (starts[i + 1] - starts[i]) / 1e3
@@ -130,10 +143,11 @@ def clock_rate_ghz(traces, num_ctas) -> float:
     """SM cycles per ns from CTA spans (entry -> last store) stamped with both clocks."""
     cyc = ns = 0
     for tr in traces:
+        half = tr.shape[1] // 2
         for i in range(num_ctas):
             if tr[i, 9] and tr[i, 0]:
                 ns += int(tr[i, 9] - tr[i, 0])
-                cyc += int(tr[i, 16 + 9] - tr[i, 16 + 0])
+                cyc += int(tr[i, half + 9] - tr[i, half + 0])
     return cyc / ns if ns else float("nan")
 
 
@@ -144,6 +158,9 @@ def main():
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--json", default=None)
     ap.add_argument("--variant", type=int, default=None, help="a traced _C.VARIANTS index")
+    ap.add_argument(
+        "--split", action="store_true", help="merge in the combine kernel (split_combine)"
+    )
     args = ap.parse_args()
     ext = api.load()
     variant = traced_variant(ext) if args.variant is None else args.variant
@@ -157,6 +174,7 @@ def main():
         for _ in range(n):
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
+            ws.split_combine = int(args.split)
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)

@@ -98,10 +98,11 @@ Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_
 // are fixed for the handle's life, so they are checked once, when it is made (`error`); a call
 // only compares devices and sizes.
 struct WorkspaceHandle {
-  Tensor part_o, part_lse, sched, tokinfo;
+  Tensor part_o, part_lse, sched, tokinfo, sync;
   int64_t num_ctas = 0;
   int64_t min_blocks_per_cta = 1;
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
+  bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
   int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
   Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
   Err error;                          // why the tensors are unusable; empty when they are fine
@@ -115,7 +116,8 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.part_o.defined() && w.part_o.is_cuda(), "workspace.partial_o: must be a CUDA tensor");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
                                 std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
-                                std::pair<const Tensor&, const char*>{w.tokinfo, "workspace.tokinfo"}}) {
+                                std::pair<const Tensor&, const char*>{w.tokinfo, "workspace.tokinfo"},
+                                std::pair<const Tensor&, const char*>{w.sync, "workspace.sync"}}) {
     KD_CHECK_VALUE(t.defined() && t.device() == w.part_o.device(), name, ": must be on ", w.part_o.device(),
                    " like workspace.partial_o");
   }
@@ -131,6 +133,8 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 &&
                      reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
                  "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
+  KD_CHECK_VALUE(w.sync.scalar_type() == at::kInt && w.sync.is_contiguous() && w.sync.numel() >= 2 * w.num_ctas,
+                 "workspace.sync: must be contiguous int32 [2*num_ctas] (zeros)");
   return {};
 }
 
@@ -254,6 +258,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.part_lse = ws.part_lse.data_ptr<float>();
   p.sched = ws.sched.data_ptr<int>();
   p.tokinfo = ws.tokinfo.data_ptr<int>();
+  p.sync = ws.sync.data_ptr<int>();
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
@@ -261,7 +266,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
 
   const c10::cuda::CUDAGuard guard(dev);
   const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
-                                        static_cast<int>(ws.launch_parts));
+                                        static_cast<int>(ws.launch_parts) | (ws.split_combine ? kLaunchSplit : 0));
   KD_CHECK(err == cudaSuccess, "RuntimeError", "kdtree_mla verify launch failed: ", cudaGetErrorString(err));
   return {};
 }
@@ -276,12 +281,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using kdtree_mla::WorkspaceHandle;
   pybind11::class_<WorkspaceHandle>(m, "Workspace", "device scratch of a VerifyWorkspace (see kdtree_mla.api)")
       .def(pybind11::init([](at::Tensor part_o, at::Tensor part_lse, at::Tensor sched, at::Tensor tokinfo,
-                             int64_t num_ctas) {
+                             at::Tensor sync, int64_t num_ctas) {
         WorkspaceHandle w;
         w.part_o = std::move(part_o);
         w.part_lse = std::move(part_lse);
         w.sched = std::move(sched);
         w.tokinfo = std::move(tokinfo);
+        w.sync = std::move(sync);
         w.num_ctas = num_ctas;
         w.error = kdtree_mla::check_workspace_tensors(w);
         if (w.error.empty()) {
@@ -294,9 +300,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_blocks_per_cta", &WorkspaceHandle::min_blocks_per_cta)
       .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
       .def_readwrite("force_variant", &WorkspaceHandle::force_variant)
+      .def_readwrite("split_combine", &WorkspaceHandle::split_combine)
+      .def_property_readonly("fused",
+                             [](const WorkspaceHandle& w) {
+                               return w.error.empty() &&
+                                      kdtree_mla::verify_merge_fused(static_cast<int>(w.device.index()),
+                                                                     static_cast<int>(w.num_ctas),
+                                                                     w.split_combine ? kdtree_mla::kLaunchSplit : 0);
+                             })
       .def_readwrite("trace", &WorkspaceHandle::trace);
   m.def("verify_fwd", &kdtree_mla::verify_fwd,
         "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
+  m.def("fused_pdl", [](int64_t device) { return kdtree_mla::verify_fused_pdl(static_cast<int>(device)); },
+        "fused (cooperative) launches on a device use PDL: 0 none yet, 1 yes, 2 refused by the driver");
   m.def("variant_for_device", &kdtree_mla::variant_for_device,
         "kernel variant (index into VARIANTS) the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;

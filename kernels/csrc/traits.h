@@ -81,7 +81,7 @@ constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.
-constexpr int kTraceSlots = 32;
+constexpr int kTraceSlots = 64;
 constexpr int kTraceCombineRow = 1024;
 constexpr int kTraceCombineCtas = 256;
 constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;

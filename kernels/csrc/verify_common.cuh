@@ -149,6 +149,18 @@ __device__ __forceinline__ int units_of(const Request& r, int q) {
 
 // Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U). *mine gets
 // request tid's geometry (valid when tid < B), so callers need no second read of it.
+// q from the totals: when there are few segments, units that fit the grid; else 1 block.
+__device__ __forceinline__ int blocks_per_unit(const VerifyParams& p, int total_blocks, int total_segs) {
+  if (total_segs * 4 > p.num_ctas) return 1;
+  const int denom = p.num_ctas - total_segs;
+  return max(max(p.min_blocks_per_cta, 1), (total_blocks + denom - 1) / denom);
+}
+__device__ __forceinline__ int units_per_cta(const VerifyParams& p, int total_units, int q) {
+  return max((total_units + p.num_ctas - 1) / p.num_ctas, q == 1 ? max(p.min_blocks_per_cta, 1) : 1);
+}
+
+// Fills scan[0..B] with the exclusive prefix of units per request (scan[B] = U). *mine gets
+// request tid's geometry (valid when tid < B), so callers need no second read of it.
 template <int kThreads>
 __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_sums, Request* mine) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -160,15 +172,8 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
     segs += r.nblk > 0 ? r.mtiles : 0;
   }
   const int2 totals = block_sum2<kThreads>(w, segs, warp_sums);
-  const int total_blocks = totals.x, total_segs = totals.y;
-  const int min_blocks = max(p.min_blocks_per_cta, 1);
   Schedule s;
-  if (total_segs * 4 <= p.num_ctas) {
-    const int denom = p.num_ctas - total_segs;
-    s.blocks_per_unit = max(min_blocks, (total_blocks + denom - 1) / denom);
-  } else {
-    s.blocks_per_unit = 1;
-  }
+  s.blocks_per_unit = blocks_per_unit(p, totals.x, totals.y);
   const int q = s.blocks_per_unit;
   int carry = 0;
   for (int base = 0; base < p.batch; base += kThreads) {
@@ -193,8 +198,55 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
   if (tid == 0) scan[0] = 0;
   __syncthreads();
   s.total_units = scan[p.batch];
-  s.units_per_cta = max((s.total_units + p.num_ctas - 1) / p.num_ctas, q == 1 ? min_blocks : 1);
+  s.units_per_cta = units_per_cta(p, s.total_units, q);
   return s;
+}
+
+// The same schedule for B <= 32, computed by one warp alone (lane b holds request b) with
+// shuffles: no CTA-wide barrier, so each warp of a CTA goes on to its copies as soon as the
+// index pointers arrive. *mine = the lane's request (zeros past B), *excl = its first unit.
+__device__ __forceinline__ Schedule warp_schedule(const VerifyParams& p, Request* mine, int* excl) {
+  const int lane = threadIdx.x & 31;
+  Request r = {};
+  if (lane < p.batch) r = load_request(p, lane);
+  const int w = __reduce_add_sync(0xffffffffu, r.mtiles * r.nblk);
+  const int segs = __reduce_add_sync(0xffffffffu, r.nblk > 0 ? r.mtiles : 0);
+  Schedule s;
+  s.blocks_per_unit = blocks_per_unit(p, w, segs);
+  const int units = lane < p.batch ? units_of(r, s.blocks_per_unit) : 0;
+  int x = units;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  s.total_units = __shfl_sync(0xffffffffu, x, 31);
+  s.units_per_cta = units_per_cta(p, s.total_units, s.blocks_per_unit);
+  *mine = r;
+  *excl = x - units;
+  return s;
+}
+
+// Request geometry held by lane `src` of the warp.
+__device__ __forceinline__ Request shfl_request(const Request& r, int src) {
+  Request o;
+  o.qo_begin = __shfl_sync(0xffffffffu, r.qo_begin, src);
+  o.kv_begin = __shfl_sync(0xffffffffu, static_cast<long long>(r.kv_begin), src);
+  o.mask_begin = __shfl_sync(0xffffffffu, static_cast<long long>(r.mask_begin), src);
+  o.draft = __shfl_sync(0xffffffffu, r.draft, src);
+  o.prefix = __shfl_sync(0xffffffffu, r.prefix, src);
+  o.kv_len = __shfl_sync(0xffffffffu, r.kv_len, src);
+  o.rows = __shfl_sync(0xffffffffu, r.rows, src);
+  o.mtiles = __shfl_sync(0xffffffffu, r.mtiles, src);
+  o.nblk = __shfl_sync(0xffffffffu, r.nblk, src);
+  return o;
+}
+
+// gpu-scope acquire load (a flag other CTAs of the grid release with fence + atomic).
+__device__ __forceinline__ int ld_acquire(const int* ptr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
 }
 
 // Bulk row copy (sm_90+, no tensor map): `bytes` from global to shared, completing on `bar`.

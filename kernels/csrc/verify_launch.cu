@@ -13,6 +13,9 @@ constexpr int kMaxDevices = 64;
 
 struct DeviceCache {
   std::atomic<int> variant{0};  // 0 = not yet probed
+  std::atomic<int> sms{0};      // multiprocessors (0 = not yet read)
+  // Cooperative launches (fused merge) with PDL: 0 not yet tried, 1 accepted, 2 refused.
+  std::atomic<int> coop_pdl{0};
   // Per kernel variant: its smem opt-in attribute has been set on this device.
   std::atomic<bool> attr_set[kNumVariants] = {};
 };
@@ -20,25 +23,35 @@ DeviceCache g_cache[kMaxDevices];
 
 // Launches `kernel` on `stream`; with `pdl`, as a programmatic dependent of the kernel before it
 // in the stream (scheduled while that one drains; both our kernels execute griddepcontrol.wait
-// before reading anything another kernel writes).
+// before reading anything another kernel writes); with `coop`, as a cooperative grid (every
+// CTA co-resident: the fused merge waits on other CTAs).
 cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   const VerifyParams& p, bool pdl) {
+                   const VerifyParams& p, bool pdl, bool coop = false) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (coop) {
+    attr[n].id = cudaLaunchAttributeCooperative;
+    attr[n++].val.cooperative = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = n;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <int kStages, bool kPipe, int kMode, int kLoaders = 1>
-cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cudaStream_t stream, bool pdl) {
+cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std::atomic<int>& coop_pdl,
+                        cudaStream_t stream, bool pdl) {
+  const bool coop = p.fused != 0;
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
   auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders>;
   if (!attr_set.load(std::memory_order_acquire)) {
@@ -47,7 +60,20 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, cuda
     if (e != cudaSuccess) return e;
     attr_set.store(true, std::memory_order_release);
   }
-  return launch(kernel, dim3(p.num_ctas), dim3(kMainThreads<kLoaders>), smem, stream, p, pdl);
+  const dim3 grid(p.num_ctas), block(kMainThreads<kLoaders>);
+  const int state = coop ? coop_pdl.load(std::memory_order_acquire) : 1;
+  if (!pdl || state != 0) return launch(kernel, grid, block, smem, stream, p, pdl && state == 1, coop);
+  // First cooperative launch with PDL on this device: if the driver refuses the pair, launch
+  // without PDL (the same grid and result; PDL only lets it be scheduled earlier) from now on.
+  cudaError_t e = launch(kernel, grid, block, smem, stream, p, true, true);
+  if (e == cudaSuccess) {
+    coop_pdl.store(1, std::memory_order_release);
+    return e;
+  }
+  cudaGetLastError();
+  e = launch(kernel, grid, block, smem, stream, p, false, true);
+  if (e == cudaSuccess) coop_pdl.store(2, std::memory_order_release);
+  return e;
 }
 
 // Warps of the combine kernel on one output row: enough that one round of kCombineBatch parts a
@@ -76,6 +102,25 @@ int verify_variant_for_device(int device) {
   return v;
 }
 
+namespace {
+int device_sms(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  std::atomic<int>& cached = g_cache[device].sms;
+  int sms = cached.load(std::memory_order_acquire);
+  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    cached.store(sms, std::memory_order_release);
+  return sms;
+}
+}  // namespace
+
+bool verify_merge_fused(int device, int num_ctas, int parts) {
+  return fused_merge(num_ctas, device_sms(device), parts, true);
+}
+
+int verify_fused_pdl(int device) {
+  return device < 0 || device >= kMaxDevices ? 0 : g_cache[device].coop_pdl.load(std::memory_order_acquire);
+}
+
 cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream, int parts) {
   int v = verify_variant_for_device(device);
   if (v == 0) return cudaErrorInvalidConfiguration;
@@ -92,27 +137,35 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
     return cudaErrorInvalidValue;
   DeviceCache& cache = g_cache[device];
   const bool pdl = !(parts & kLaunchNoPdl);
+  // Fused merge: every main CTA must be co-resident, one a multiprocessor (the launch is
+  // cooperative, so the driver guarantees it or fails the launch).
+  const int sms = device_sms(device);
+  if (sms == 0) return cudaErrorInvalidDevice;
+  VerifyParams pf = p;
+  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr);
+  if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
+  const VerifyParams& pm = pf;
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, false, 0>(p, cache.attr_set[1], stream, pdl); break;
-      case 2: e = launch_main<4, true, 0>(p, cache.attr_set[2], stream, pdl); break;
-      case 3: e = launch_main<3, false, 0>(p, cache.attr_set[3], stream, pdl); break;
-      case 4: e = launch_main<5, false, 0>(p, cache.attr_set[4], stream, pdl); break;
-      case 5: e = launch_main<4, true, 2>(p, cache.attr_set[5], stream, pdl); break;
-      case 6: e = launch_main<4, true, 4>(p, cache.attr_set[6], stream, pdl); break;
-      case 7: e = launch_main<4, true, kModeTrace>(p, cache.attr_set[7], stream, pdl); break;
-      case 8: e = launch_main<4, true, 0, 2>(p, cache.attr_set[8], stream, pdl); break;
-      case 9: e = launch_main<2, false, 0, 2>(p, cache.attr_set[9], stream, pdl); break;
-      case 10: e = launch_main<3, false, kModeTrace, 2>(p, cache.attr_set[10], stream, pdl); break;
-      case 11: e = launch_main<3, false, 0, 2>(p, cache.attr_set[11], stream, pdl); break;
+      case 1: e = launch_main<2, false, 0>(pm, cache.attr_set[1], cache.coop_pdl, stream, pdl); break;
+      case 2: e = launch_main<4, true, 0>(pm, cache.attr_set[2], cache.coop_pdl, stream, pdl); break;
+      case 3: e = launch_main<3, false, 0>(pm, cache.attr_set[3], cache.coop_pdl, stream, pdl); break;
+      case 4: e = launch_main<5, false, 0>(pm, cache.attr_set[4], cache.coop_pdl, stream, pdl); break;
+      case 5: e = launch_main<4, true, 2>(pm, cache.attr_set[5], cache.coop_pdl, stream, pdl); break;
+      case 6: e = launch_main<4, true, 4>(pm, cache.attr_set[6], cache.coop_pdl, stream, pdl); break;
+      case 7: e = launch_main<4, true, kModeTrace>(pm, cache.attr_set[7], cache.coop_pdl, stream, pdl); break;
+      case 8: e = launch_main<4, true, 0, 2>(pm, cache.attr_set[8], cache.coop_pdl, stream, pdl); break;
+      case 9: e = launch_main<2, false, 0, 2>(pm, cache.attr_set[9], cache.coop_pdl, stream, pdl); break;
+      case 10: e = launch_main<3, false, kModeTrace, 2>(pm, cache.attr_set[10], cache.coop_pdl, stream, pdl); break;
+      case 11: e = launch_main<3, false, 0, 2>(pm, cache.attr_set[11], cache.coop_pdl, stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }
   if (e != cudaSuccess) return e;
-  if (!(parts & kLaunchCombine)) return cudaSuccess;
+  if (!(parts & kLaunchCombine) || pf.fused) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
-  VerifyParams pc = p;
+  VerifyParams pc = pf;
   pc.combine_wpr = combine_warps_per_row(p.num_ctas, rows);
   const int rows_per_cta = kCombineThreads / 32 / pc.combine_wpr;
   const long long groups = (rows + rows_per_cta - 1) / rows_per_cta;

@@ -32,7 +32,7 @@
 // which is why there are 8 math warps.
 #pragma once
 
-#include "verify_common.cuh"
+#include "verify_merge.cuh"
 
 namespace kdtree_mla {
 namespace detail {
@@ -123,6 +123,14 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ __align__(8) uint64_t empty_bar[kStages];
   __shared__ PieceWalk math_walk;  // the math warps' walk (kept out of their registers)
   __shared__ int math_more;
+  // Fused merge: the (at most two) cut segments this CTA stored a partial of.
+  struct Cut {
+    int c0, n;      // the segment's first CTA and its number of CTAs (parts)
+    int qo_begin;   // its request's first draft token
+    int row0, rows;  // its M-tile's first row and valid rows (<= 32)
+  };
+  __shared__ Cut cuts[2];
+  __shared__ int num_cuts;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cta = blockIdx.x;
@@ -137,6 +145,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
+  __syncthreads();  // the barriers are initialised for every thread (done while the last grid drains)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched as a programmatic dependent: nothing above reads inputs; wait for the previous
   // kernel's writes before anything below does.
@@ -145,56 +154,91 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   if (tid == 0) trace_point<kTrace>(p, cta, 1);
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
-  int* scan = reinterpret_cast<int*>(red_s);
-  Request mine;  // request tid's geometry (tid < B)
-  const Schedule sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
-  if (tid == 0) trace_point<kTrace>(p, cta, 12);
-  const int q = sch.blocks_per_unit;
-  if (cta == 0) {
-    for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
-    if (tid == 0) {
-      p.sched[0] = sch.units_per_cta;
-      p.sched[1] = q;
+  // Outcome: the units [range_lo, range_hi) of this CTA and the request sb holding range_lo
+  // (geometry sreq, first unit sunit).
+  Schedule sch;
+  Request sreq;
+  int sb, sunit;
+  if (p.batch <= 32) {
+    // Each warp alone, no CTA-wide barrier.
+    Request mine;
+    int excl;
+    sch = warp_schedule(p, &mine, &excl);
+    if (tid == 0) trace_point<kTrace>(p, cta, 12);
+    const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
+    const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
+    if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
+      if (lane < p.batch) {
+        p.sched[3 + lane] = incl;
+        const int4 info = make_int4(mine.qo_begin, excl, (mine.nblk + q - 1) / q, 0);
+        for (int i = 0; i < mine.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[mine.qo_begin + i] = info;
+      }
+      if (lane == 0) {
+        p.sched[0] = sch.units_per_cta;
+        p.sched[1] = q;
+        p.sched[2] = 0;
+      }
     }
-    for (int b = tid; b < p.batch; b += kThreads) {
-      const Request r = b == tid ? mine : load_request(p, b);
-      const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
-      for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
+    if (lo >= sch.total_units) return;
+    sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
+    sreq = shfl_request(mine, sb);
+    sunit = __shfl_sync(0xffffffffu, excl, sb);
+  } else {
+    int* scan = reinterpret_cast<int*>(red_s);
+    Request mine;  // request tid's geometry (tid < B)
+    sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
+    if (tid == 0) trace_point<kTrace>(p, cta, 12);
+    const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
+    if (!p.fused && cta == 0) {  // the combine kernel's tables
+      for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
+      if (tid == 0) {
+        p.sched[0] = sch.units_per_cta;
+        p.sched[1] = q;
+      }
+      for (int b = tid; b < p.batch; b += kThreads) {
+        const Request r = b == tid ? mine : load_request(p, b);
+        const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
+        for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
+      }
     }
+    if (lo >= sch.total_units) return;
+    // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
+    // geometry it already has; past the first kThreads requests, thread 0 searches.
+    const int owned = min(p.batch, kThreads);
+    if (tid < owned && scan[tid] <= lo && lo < scan[tid + 1]) {
+      start_req = mine;
+      start_info[0] = tid;
+      start_info[1] = scan[tid];
+    } else if (tid == 0 && scan[owned] <= lo) {
+      int l = owned, h = p.batch - 1;
+      while (l < h) {
+        const int mid = (l + h + 1) >> 1;
+        if (scan[mid] <= lo) l = mid; else h = mid - 1;
+      }
+      start_req = load_request(p, l);
+      start_info[0] = l;
+      start_info[1] = scan[l];
+    }
+    __syncthreads();  // last CTA-wide barrier: the roles split below
+    sreq = start_req;
+    sb = start_info[0];
+    sunit = start_info[1];
   }
   const int range_lo = cta * sch.units_per_cta;
   const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
-  if (range_lo >= sch.total_units) return;
-  // The request holding unit range_lo (scan[b] <= range_lo < scan[b + 1]): its own thread
-  // publishes the geometry it already has; past the first kThreads requests, thread 0 searches.
-  const int owned = min(p.batch, kThreads);
-  if (tid < owned && scan[tid] <= range_lo && range_lo < scan[tid + 1]) {
-    start_req = mine;
-    start_info[0] = tid;
-    start_info[1] = scan[tid];
-  } else if (tid == 0 && scan[owned] <= range_lo) {
-    int lo = owned, hi = p.batch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (scan[mid] <= range_lo) lo = mid; else hi = mid - 1;
-    }
-    start_req = load_request(p, lo);
-    start_info[0] = lo;
-    start_info[1] = scan[lo];
-  }
-  __syncthreads();  // last CTA-wide barrier: the roles split below
+  const int q = sch.blocks_per_unit;
   if (tid == 0) trace_point<kTrace>(p, cta, 2);
   PieceWalk w;
-  w.b = start_info[0];
+  w.b = sb;
   w.q = q;
   w.range_hi = range_hi;
-  w.req = start_req;
+  w.req = sreq;
   w.seg_units = (w.req.nblk + q - 1) / q;
   {
-    const int off = range_lo - start_info[1];
+    const int off = range_lo - sunit;
     w.mt = off / w.seg_units;
     w.unit_lo = off - w.mt * w.seg_units;
-    w.seg_start = start_info[1] + w.mt * w.seg_units;
+    w.seg_start = sunit + w.mt * w.seg_units;
   }
   w.describe();
   const uint32_t kv_base = smem_u32(smem);
@@ -244,10 +288,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #pragma unroll
       for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
       if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
-      {  // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
+      if (elem == 0) {
+        ++elem;  // the math warps copy the first piece's Q tile (element 0)
+      } else {   // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
         const int r = w.row0 + row < req.rows ? w.row0 + row : w.row0;
         put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h);
-        if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 3);
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
@@ -275,7 +320,27 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   }
 
   // =============================== math warps ===============================
-  if (tid == 0) math_walk = w;
+  // The first piece's Q tile (element 0, stage 0, still free) is copied by the math warps, 4
+  // rows a warp, while the load warps fetch the first indices and go straight on to the KV
+  // blocks (row r of the piece; rows past the request repeat row 0: finite, unused).
+  static_assert(T::kBlockM == 4 * T::kMathWarps, "a math warp copies 4 Q rows");
+  if constexpr (kCopy) {
+    if (tid == 0) mbar_expect_tx(smem_u32(&full_bar[0]), T::kBlockM * kRowBytes);
+    if (lane < 4) {
+      const int row = warp * 4 + lane;
+      const int r = w.row0 + row < w.req.rows ? w.row0 + row : w.row0;
+      bulk_copy_g2s(kv_base + row * T::kKvRowBytes,
+                    qg + (w.req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h,
+                    kRowBytes, smem_u32(&full_bar[0]));
+    }
+  } else if (tid == 0) {
+    mbar_arrive(smem_u32(&full_bar[0]));
+  }
+  if (tid == 0) trace_point<kTrace>(p, cta, 3);
+  if (tid == 0) {
+    math_walk = w;
+    num_cuts = 0;
+  }
   math_sync();
   if (tid == 0) trace_point<kTrace>(p, cta, 11);
   int traced_blocks = 0;
@@ -578,9 +643,61 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (tid == 0) trace_point<kTrace>(p, cta, 15);
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
+    if (p.fused && !full && tid == 0) {
+      // Every math warp's partial stores precede the barrier above; the fence makes them
+      // visible to the grid before the count says so. Remember the segment for the merge.
+      const int c0 = math_walk.seg_start / sch.units_per_cta;
+      const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
+      __threadfence();
+      atomicAdd(&p.sync[c0], 1);
+      cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
+      ++num_cuts;
+      trace_point<kTrace>(p, cta, 16);
+    }
     if (tid == 0) math_more = math_walk.next(p);
     math_sync();
   } while (math_more);
+
+  // ---- fused merge (p.fused): the CTAs of a cut segment merge its parts together ----
+  // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
+  // cannot deadlock; every CTA published its partials before waiting for any segment. CTA k of
+  // the segment's n takes the k-th n-th of its (row, 64-column slice) tasks; wpr warps a task
+  // (merge_warps_per_row) so a warp loads at most kCombineBatch parts, in one round. The last
+  // CTA done with a segment zeroes its two counters for the next call.
+  if (p.fused) {
+    auto& merge_s = *reinterpret_cast<MergeSmem<T::kMathWarps>*>(red_s);
+    static_assert(sizeof(MergeSmem<T::kMathWarps>) <= T::kRedBytes, "merge exchange fits red_s");
+    for (int i = 0; i < num_cuts; ++i) {
+      const Cut c = cuts[i];
+      if (tid == 0) {
+        while (ld_acquire(&p.sync[c.c0]) < c.n) {
+        }
+        __threadfence();
+        if (i == 0) trace_point<kTrace>(p, cta, 17);
+      }
+      math_sync();  // the segment's parts are all visible
+      const int k = cta - c.c0, tasks = c.rows * kCombineSplits;
+      const int t_lo = k * tasks / c.n, t_hi = (k + 1) * tasks / c.n;
+      const int wpr = merge_warps_per_row(c.n, T::kMathWarps), per_round = T::kMathWarps / wpr;
+      const int sub = warp / wpr, wr = warp % wpr;
+      for (int base = t_lo; base < t_hi; base += per_round) {  // same trip count in every warp
+        const int task = base + sub;
+        const bool live = task < t_hi;
+        const int r = task / kCombineSplits, col0 = (task % kCombineSplits) * (T::kHeadDimV / kCombineSplits);
+        MergeAcc acc = merge_parts<kCombineBatch>(p, r, col0, c.c0, live ? c.n : 0, wr, wpr);
+        acc = merge_warps(acc, merge_s, warp, wr, wpr, [] { math_sync(); });
+        if (wr == 0 && live) {
+          const int qr = c.row0 + r;
+          merge_store(p, acc, c.qo_begin + (qr >> p.head_shift), qr & (p.num_heads - 1), col0);
+        }
+      }
+      if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
+        p.sync[c.c0] = 0;  // every CTA of the segment is past its wait
+        p.sync[p.num_ctas + c.c0] = 0;
+      }
+    }
+    if (tid == 0 && num_cuts > 0) trace_point<kTrace>(p, cta, 18);
+  }
   }
 }
 

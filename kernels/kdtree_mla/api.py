@@ -175,7 +175,8 @@ class VerifyWorkspace:
 
     The split-KV kernel runs a fixed grid of ``num_ctas`` CTAs (one per SM) whatever the
     lengths are; each CTA leaves at most two partial results (512 bf16 values and one fp32 LSE per
-    row, ``BLOCK_M`` rows), merged by a second fixed-geometry kernel. So the partial buffers do
+    row, ``BLOCK_M`` rows), merged by the main kernel itself when its grid fits one CTA per SM
+    (``fused``), else by a second fixed-geometry kernel. So the partial buffers do
     not depend on context length; the declared maximum only bounds the schedule table
     (``max_batch + 1`` ints) and what a call may pass.
 
@@ -230,19 +231,29 @@ class VerifyWorkspace:
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
         # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
+        # Fused merge counters (per cut segment: CTAs that stored their partial, CTAs done
+        # merging); zero between calls, the kernel puts them back to zero itself.
+        self.sync = torch.zeros((2 * self.num_ctas,), dtype=torch.int32, device=dev)
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.
         #   min_blocks_per_cta: lower bound on the 32-token KV blocks one CTA takes.
         #   launch_parts (benchmarks only): 1 = main kernel alone, 2 = combine alone, 3 = both.
         #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
-        self._options = {"min_blocks_per_cta": 1, "launch_parts": 3, "force_variant": 0}
+        #   split_combine (benchmarks, tests): 1 = merge cut segments in the combine kernel even
+        #     where the main kernel can merge them itself (see ``fused``).
+        self._options = {
+            "min_blocks_per_cta": 1,
+            "launch_parts": 3,
+            "force_variant": 0,
+            "split_combine": 0,
+        }
         self._trace = None
         self._handle = None
 
     def _make_handle(self):
         h = (_EXT or _load_ext()).Workspace(
-            self.partial_o, self.partial_lse, self.sched, self.tokinfo, self.num_ctas
+            self.partial_o, self.partial_lse, self.sched, self.tokinfo, self.sync, self.num_ctas
         )
         for name, value in self._options.items():
             setattr(h, name, value)
@@ -271,10 +282,18 @@ class VerifyWorkspace:
     min_blocks_per_cta = _launch_option("min_blocks_per_cta")
     launch_parts = _launch_option("launch_parts")
     force_variant = _launch_option("force_variant")
+    split_combine = _launch_option("split_combine")
+
+    @property
+    def fused(self) -> bool:
+        """Whether a call is one cooperative kernel that merges the cut segments itself (the
+        grid fits one CTA per SM and ``split_combine`` is off) rather than the main kernel
+        followed by the combine kernel."""
+        return bool((self._handle or self._make_handle()).fused)
 
     @property
     def nbytes(self) -> int:
-        bufs = (self.partial_o, self.partial_lse, self.sched, self.tokinfo)
+        bufs = (self.partial_o, self.partial_lse, self.sched, self.tokinfo, self.sync)
         return sum(t.numel() * t.element_size() for t in bufs)
 
 

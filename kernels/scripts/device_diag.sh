@@ -5,6 +5,7 @@
 # most 8 files), refreshed after every step so a run stopped at its time limit keeps what it did.
 # Usage (repo root on the device machine):
 #   BENCH_CASES=0,2,4,5 NCU_CASE="8 8 4 91000" bash kernels/scripts/device_diag.sh
+# TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one.
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_diag
@@ -44,6 +45,12 @@ for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices
     > "$WORK/trace_$tv.log" 2>&1
   echo "trace $tv rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace_$tv.log" | tail -12
   pack
+  if [ -n "${TRACE_SPLIT:-}" ]; then  # the same trace of the two-kernel path (split_combine)
+    timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace_${tv}_split.json" --split $va \
+      ${TRACE_ARGS:-} > "$WORK/trace_${tv}_split.log" 2>&1
+    echo "trace $tv split rc=$?"; grep -v '^{' "$WORK/trace_${tv}_split.log" | tail -12
+    pack
+  fi
 done
 if [ -n "${NCU_CASE:-}" ]; then
   timeout ${NCU_TIMEOUT:-170} bash scripts/ncu_case.sh $NCU_CASE ncu > /dev/null 2>&1

@@ -243,6 +243,66 @@ def test_workspace_larger_than_call():
     check(inp, workspace(inp, max_batch=64))
 
 
+# --- the fused merge and the two-kernel path ------------------------------------------------
+
+
+def sm_count() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@pytest.mark.parametrize(
+    "prefix,draft,heads",
+    [
+        ([5700], [4], 8),
+        ([91000], [4], 8),
+        ([23000], [4], 64),
+        ([0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], 16),
+        ([91000] * 8, [4] * 8, 8),
+    ],
+)
+def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads):
+    """The default grid (one CTA per SM) merges cut segments inside the main kernel; the same
+    call with split_combine uses the combine kernel. Both match the reference, agree with each
+    other, and leave the fused merge's counters at zero for the next call."""
+    inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    assert ws.fused, "a grid of one CTA per SM merges in the main kernel"
+    check(inp, ws)
+    o_fused, lse_fused = run_kernel(inp, ws)
+    ws.split_combine = 1
+    assert not ws.fused
+    check(inp, ws)
+    o_split, lse_split = run_kernel(inp, ws)
+    torch.cuda.synchronize()
+    assert rel_err(o_fused, o_split.double()) < 2e-3
+    assert float((lse_fused - lse_split).abs().max()) < 1e-3
+    assert int(ws.sync.count_nonzero()) == 0, "fused merge counters not reset"
+
+
+def test_fused_merge_only_where_the_grid_fits_one_cta_per_sm():
+    inp = make_inputs([9000, 40], [4, 4], 8, device="cuda", seed=fresh_seed())
+    assert workspace(inp, num_ctas=sm_count()).fused
+    assert workspace(inp, num_ctas=3).fused
+    wide = workspace(inp, num_ctas=sm_count() + 1)
+    assert not wide.fused
+    check(inp, wide)
+
+
+def test_fused_merge_back_to_back_calls():
+    """Many calls on one workspace and stream, lengths changing between them: every call's
+    merge waits only for its own partials (counters are zero again after each call)."""
+    ws = None
+    for i, prefix in enumerate([[91000], [5700], [1], [23000], [262144], [0], [40000]]):
+        inp = make_inputs(prefix, [4], 8, device="cuda", seed=fresh_seed())
+        ws = ws or workspace(inp)
+        outs = [run_kernel(inp, ws)[0] for _ in range(3)]
+        torch.cuda.synchronize()
+        o_ref, _ = reference(inp)
+        for o in outs:
+            assert rel_err(o, o_ref) < TOL, f"call set {i}"
+        assert int(ws.sync.count_nonzero()) == 0
+
+
 # --- CUDA graphs -----------------------------------------------------------------------------
 
 
@@ -292,6 +352,7 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
             lse_extend=lse,
         )
 
+    assert ws.fused
     call()  # warm-up outside capture (sets the smem attribute once)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -350,6 +411,7 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
         assert not torch.isnan(o_graph).any()
         err = rel_err(o_graph, o_ref)
         assert err < TOL, f"replay {prefix}/{draft}: error {err:.3e}"
+        assert int(ws.sync.count_nonzero()) == 0, "fused merge counters not reset"
 
 
 # --- argument checking -----------------------------------------------------------------------

@@ -1,0 +1,129 @@
+// Merging the partials of a segment cut by CTA boundaries (slots: verify_common.cuh). Shared
+// by the main kernel's fused merge and the combine kernel.
+#pragma once
+
+#include "verify_common.cuh"
+
+namespace kdtree_mla {
+namespace detail {
+
+// Partial slot of part k of a cut segment whose first CTA is c0: the slot of c0's piece that
+// starts the segment, then the slots of the pieces of CTAs c0 + k that continue it.
+__device__ __forceinline__ int part_slot(int c0, int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); }
+
+// A merge in progress: max m (log2, warp-uniform), sum of weights l, this lane's weighted sums
+// of its two columns, all relative to m.
+struct MergeAcc {
+  float m, l;
+  float2 a;
+};
+
+// One warp's share of a merge: parts wr, wr + wpr, ... of the nparts partials of row r (of the
+// M-tile), columns [col0, col0 + 64), two a lane. All of a round's loads (kBatch parts a lane,
+// the round's LSEs one or two a lane) are issued before any is used, so a round is one L2 round
+// trip; loads bypass L1 (other CTAs of the same grid may have written the slots). Returns l
+// summed over the lanes.
+template <int kBatch>
+__device__ __forceinline__ MergeAcc merge_parts(const VerifyParams& p, int r, int col0, int c0, int nparts, int wr,
+                                                int wpr) {
+  static_assert(kBatch <= 64, "a lane holds at most two parts' LSEs");
+  const int lane = threadIdx.x & 31;
+  MergeAcc acc{-CUDART_INF_F, 0.f, make_float2(0.f, 0.f)};
+  // bf16 pairs of this lane's 2 columns; + slot * 32 * 512 / 2 (< 2^31)
+  const uint32_t* obase = reinterpret_cast<const uint32_t*>(static_cast<const __nv_bfloat16*>(p.part_o) +
+                                                            r * T::kHeadDimV + col0 + lane * 2);
+  for (int k0 = wr; k0 < nparts; k0 += wpr * kBatch) {
+    uint32_t x[kBatch];  // this lane's bf16 pair of each part
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // past the last part: re-read it (weight 0 below)
+      const int k = min(k0 + u * wpr, nparts - 1);
+      x[u] = __ldcg(obase + part_slot(c0, k) * (T::kBlockM * T::kHeadDimV / 2));
+    }
+    // Lane j holds the LSEs of the round's parts j and j + 32.
+    const int kl0 = k0 + lane * wpr, kl1 = k0 + (lane + 32) * wpr;
+    const float v0 =
+        lane < kBatch && kl0 < nparts ? __ldcg(p.part_lse + part_slot(c0, kl0) * T::kBlockM + r) : -CUDART_INF_F;
+    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(p.part_lse + part_slot(c0, kl1) * T::kBlockM + r)
+                                                        : -CUDART_INF_F;
+    float m_new = fmaxf(acc.m, fmaxf(v0, v1));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, o));
+    if (m_new == -CUDART_INF_F) continue;  // every part so far empty
+    // Weights; 0 for absent parts (the re-read ones above among them).
+    const float so = exp2f(acc.m - m_new), sl0 = exp2f(v0 - m_new), sl1 = exp2f(v1 - m_new);
+    acc.a.x *= so;
+    acc.a.y *= so;
+    acc.l = acc.l * so + sl0 + sl1;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float sn = __shfl_sync(0xffffffffu, u < 32 ? sl0 : sl1, u & 31);
+      const float2 xu = unpack_bf16x2(x[u]);
+      acc.a.x += sn * xu.x;
+      acc.a.y += sn * xu.y;
+    }
+    acc.m = m_new;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc.l += __shfl_xor_sync(0xffffffffu, acc.l, o);
+  return acc;
+}
+
+// Shared memory where the wpr warps of a row meet (one entry per warp of the CTA).
+template <int kWarps>
+struct MergeSmem {
+  float2 a[kWarps][32];
+  float m[kWarps], l[kWarps];
+};
+
+// The wpr warps of a row (warps w0 .. w0 + wpr - 1, this one is w0 + wr) merge their results:
+// the first gets the row's, the others keep theirs. `sync` is a barrier over all warps that
+// take part in the merge round (they all call this the same number of times).
+template <int kWarps, class Sync>
+__device__ __forceinline__ MergeAcc merge_warps(MergeAcc acc, MergeSmem<kWarps>& s, int warp, int wr, int wpr,
+                                                Sync sync) {
+  const int lane = threadIdx.x & 31;
+  if (wpr == 1) return acc;
+  s.a[warp][lane] = acc.a;
+  if (lane == 0) {
+    s.m[warp] = acc.m;
+    s.l[warp] = acc.l;
+  }
+  sync();
+  if (wr == 0) {
+    float mx = -CUDART_INF_F;
+    for (int i = 0; i < wpr; ++i) mx = fmaxf(mx, s.m[warp + i]);
+    const float mref = mx == -CUDART_INF_F ? 0.f : mx;
+    acc.a = make_float2(0.f, 0.f);
+    acc.l = 0.f;
+    for (int i = 0; i < wpr; ++i) {
+      const float w = exp2f(s.m[warp + i] - mref);
+      acc.a.x += w * s.a[warp + i][lane].x;
+      acc.a.y += w * s.a[warp + i][lane].y;
+      acc.l += w * s.l[warp + i];
+    }
+    acc.m = mref;
+  }
+  sync();  // s is rewritten by the next round
+  return acc;
+}
+
+// Writes a merged row slice: o[t, h, col0 .. col0 + 64) and, for the first slice, lse[t, h].
+__device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAcc& acc, int64_t t, int h, int col0) {
+  const int lane = threadIdx.x & 31;
+  const float inv = acc.l > 0.f ? 1.f / acc.l : 0.f;
+  __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + t * p.o_stride_t + h * p.o_stride_h + col0;
+  *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(acc.a.x * inv, acc.a.y * inv);
+  if (lane == 0 && col0 == 0 && p.lse != nullptr)
+    p.lse[t * p.lse_stride_t + h] = acc.l > 0.f ? (acc.m + __log2f(acc.l)) * 0.69314718055994530942f : -CUDART_INF_F;
+}
+
+// Warps a row for a merge of nparts parts: enough that one round of kCombineBatch parts a warp
+// covers them, at most kMaxWpr (a power of two).
+__host__ __device__ __forceinline__ int merge_warps_per_row(int nparts, int max_wpr) {
+  int wpr = 1;
+  while (wpr < max_wpr && wpr * kCombineBatch < nparts) wpr *= 2;
+  return wpr;
+}
+
+}  // namespace detail
+}  // namespace kdtree_mla
