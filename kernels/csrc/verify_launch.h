@@ -25,8 +25,9 @@ cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t s
 // Whether the main kernel merges cut segments itself (one cooperative launch, no combine
 // kernel): the grid fits one CTA a multiprocessor, the workspace has the counters, and the
 // caller did not ask for the combine kernel.
+// (At most 512 CTAs: a fused merge round holds 64 parts a warp, 8 warps a task.)
 inline bool fused_merge(int num_ctas, int sms, int parts, bool have_sync) {
-  return !(parts & kLaunchSplit) && have_sync && num_ctas <= sms;
+  return !(parts & kLaunchSplit) && have_sync && num_ctas <= sms && num_ctas <= 512;
 }
 // The same for a launch on `device` (reads its multiprocessor count; false when unreadable).
 bool verify_merge_fused(int device, int num_ctas, int parts);

@@ -32,6 +32,8 @@
 // which is why there are 8 math warps.
 #pragma once
 
+#include <type_traits>
+
 #include "verify_merge.cuh"
 
 namespace kdtree_mla {
@@ -661,9 +663,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // ---- fused merge (p.fused): the CTAs of a cut segment merge its parts together ----
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
   // cannot deadlock; every CTA published its partials before waiting for any segment. CTA k of
-  // the segment's n takes the k-th n-th of its (row, 64-column slice) tasks; wpr warps a task
-  // (merge_warps_per_row) so a warp loads at most kCombineBatch parts, in one round. The last
-  // CTA done with a segment zeroes its two counters for the next call.
+  // the segment's n takes the k-th n-th of its (row, 64-column slice) tasks, in rounds of one
+  // L2 round trip (merge_round): a warp takes G tasks a round, as many as 64 load slots a lane
+  // hold, or with n > 64 parts, wpr warps share a task. The last CTA done with a segment zeroes
+  // its two counters for the next call.
   if (p.fused) {
     auto& merge_s = *reinterpret_cast<MergeSmem<T::kMathWarps>*>(red_s);
     static_assert(sizeof(MergeSmem<T::kMathWarps>) <= T::kRedBytes, "merge exchange fits red_s");
@@ -678,18 +681,31 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       math_sync();  // the segment's parts are all visible
       const int k = cta - c.c0, tasks = c.rows * kCombineSplits;
       const int t_lo = k * tasks / c.n, t_hi = (k + 1) * tasks / c.n;
-      const int wpr = merge_warps_per_row(c.n, T::kMathWarps), per_round = T::kMathWarps / wpr;
+      const int G = c.n <= 8 ? 8 : c.n <= 16 ? 4 : c.n <= 32 ? 2 : 1;
+      int wpr = 1;
+      while (wpr * 64 < c.n && wpr < T::kMathWarps) wpr *= 2;
+      const int per_round = T::kMathWarps / wpr * G;
       const int sub = warp / wpr, wr = warp % wpr;
       for (int base = t_lo; base < t_hi; base += per_round) {  // same trip count in every warp
-        const int task = base + sub;
-        const bool live = task < t_hi;
-        const int r = task / kCombineSplits, col0 = (task % kCombineSplits) * (T::kHeadDimV / kCombineSplits);
-        MergeAcc acc = merge_parts<kCombineBatch>(p, r, col0, c.c0, live ? c.n : 0, wr, wpr);
-        acc = merge_warps(acc, merge_s, warp, wr, wpr, [] { math_sync(); });
-        if (wr == 0 && live) {
-          const int qr = c.row0 + r;
-          merge_store(p, acc, c.qo_begin + (qr >> p.head_shift), qr & (p.num_heads - 1), col0);
-        }
+        const int t0 = base + sub * G;
+        auto round = [&](auto g_const) {
+          constexpr int kG = decltype(g_const)::value;
+          MergeAcc acc[kG];
+          merge_round<kG>(p, c.c0, c.n, t0, t_hi, wr, wpr, acc);
+          if constexpr (kG == 1) acc[0] = merge_warps(acc[0], merge_s, warp, wr, wpr, [] { math_sync(); });
+#pragma unroll
+          for (int g = 0; g < kG; ++g) {
+            const int task = t0 + g;
+            if (wr == 0 && task < t_hi) {
+              const int qr = c.row0 + (task >> 3);
+              merge_store(p, acc[g], c.qo_begin + (qr >> p.head_shift), qr & (p.num_heads - 1), (task & 7) * 64);
+            }
+          }
+        };
+        if (G == 8) round(std::integral_constant<int, 8>{});
+        else if (G == 4) round(std::integral_constant<int, 4>{});
+        else if (G == 2) round(std::integral_constant<int, 2>{});
+        else round(std::integral_constant<int, 1>{});
       }
       if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
         p.sync[c.c0] = 0;  // every CTA of the segment is past its wait
