@@ -251,21 +251,24 @@ def sm_count() -> int:
 
 
 @pytest.mark.parametrize(
-    "prefix,draft,heads",
+    "prefix,draft,heads,num_ctas",
     [
-        ([5700], [4], 8),
-        ([91000], [4], 8),
-        ([23000], [4], 64),
-        ([0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], 16),
-        ([91000] * 8, [4] * 8, 8),
+        ([5700], [4], 8, None),  # ~90 parts a segment: warps share a task
+        ([91000], [4], 8, None),  # ~130 parts
+        ([23000], [4], 64, None),  # 8 segments of ~16 parts
+        ([0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], 16, None),
+        ([91000] * 8, [4] * 8, 8, None),
+        ([5700] * 32, [4] * 32, 8, None),  # ~4 parts: 8 tasks a warp a round
+        ([20000], [3], 8, 50),  # <= 50 parts, 24 rows
+        ([20000], [5], 16, 30),  # <= 30 parts, 80 rows (3 M-tiles)
     ],
 )
-def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads):
+def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads, num_ctas):
     """The default grid (one CTA per SM) merges cut segments inside the main kernel; the same
     call with split_combine uses the combine kernel. Both match the reference, agree with each
     other, and leave the fused merge's counters at zero for the next call."""
     inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
-    ws = workspace(inp)
+    ws = workspace(inp, num_ctas=num_ctas)
     assert ws.fused, "a grid of one CTA per SM merges in the main kernel"
     check(inp, ws)
     o_fused, lse_fused = run_kernel(inp, ws)
