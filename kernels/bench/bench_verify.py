@@ -252,6 +252,9 @@ def main():
         "--variants", action="store_true", help="time every compiled kernel variant on every case"
     )
     ap.add_argument("--no-triton", action="store_true", help="skip SGLang's Triton kernel")
+    ap.add_argument(
+        "--no-variant-sweep", action="store_true", help="keep the min_blocks sweep, skip variants"
+    )
     ap.add_argument("--cases", default=None, help="comma-separated DEFAULT_CASES indices")
     args = ap.parse_args()
 
@@ -338,7 +341,9 @@ def main():
             row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
         case.ws.launch_parts = 3
         case.ws.split_combine = 0
-        if args.variants or (not args.no_sweep and h == 8 and prefix >= 23000):
+        if args.variants or (
+            not args.no_sweep and not args.no_variant_sweep and h == 8 and prefix >= 23000
+        ):
             from kdtree_mla import _C as _c
 
             variants = {}

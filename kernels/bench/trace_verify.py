@@ -68,6 +68,8 @@ POINTS = (
     ("stored", 9),
     ("published", 16),  # fused merge: partial stored and counted (last cut piece)
     ("cuts_ready", 17),  # fused merge: every part of the first cut segment stored
+    ("merge_start", 19),  # fused merge: math warps past the barrier after that
+    ("round1", 20),  # fused merge: the first round's loads arrived and used
     ("merged", 18),  # fused merge: this CTA's merge share written
     ("load_done", 5),
 )
@@ -126,6 +128,8 @@ def analyse(traces, num_ctas, crow, clock_ghz):
             "active_ctas": len(active),
             "blocks_cta0": nblk,
             "blocks_last": int(tr[last, 14]),
+            "polls_cta0": int(tr[0, 21]),  # fused merge: reads of the count until complete
+            "polls_last": int(tr[last, 21]),
         }
         for name, k in POINTS:
             row[f"cta0.{name}"] = cyc(1, k)
@@ -220,11 +224,13 @@ def main():
     for m in results:
         cells = " | ".join(f"{m['cta0.' + n]:.2f}/{m['last.' + n]:.2f}" for n, _ in POINTS)
         print(f"| {m['case']} | {cells} |")
-    print("| case | last CTA start | blocks CTA0/last | combine CTA median |")
+    print(
+        "| case | last CTA start | blocks CTA0/last | combine CTA median | merge polls CTA0/last |"
+    )
     for m in results:
         print(
             f"| {m['case']} | {m['last_cta_start']:.2f} | {m['blocks_cta0']}/{m['blocks_last']} | "
-            f"{m['comb_cta_median']:.2f} |"
+            f"{m['comb_cta_median']:.2f} | {m['polls_cta0']:.0f}/{m['polls_last']:.0f} |"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -242,7 +242,12 @@ __device__ __forceinline__ Request shfl_request(const Request& r, int src) {
   return o;
 }
 
-// gpu-scope acquire load (a flag other CTAs of the grid release with fence + atomic).
+// gpu-scope release add: every write that happens before it (this thread's, and the CTA's
+// before a barrier) is visible to a gpu-scope acquire that reads the sum.
+__device__ __forceinline__ void red_release_add(int* ptr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+}
+// gpu-scope acquire load (a count other CTAs of the grid raise with red_release_add).
 __device__ __forceinline__ int ld_acquire(const int* ptr) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");

@@ -86,11 +86,13 @@ struct PieceWalk {
 
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
-// load warp: 10 first index copies issued, 3 first Q copy issued, 4 first indices landed,
-// 5 last copy issued; math warps: 11 walk shared, 6 first Q tile landed, 7 first KV block
+// load warp: 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
+// warps: 3 first Q tile's copies issued, 11 walk shared, 6 first Q tile landed, 7 first KV block
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
-// slot 14: KV blocks this CTA did.
+// fused merge (tid 0): 16 partial published, 17 first cut segment's parts all published,
+// 19 math warps past the barrier after it, 20 first merge round's loads used, 18 merge done;
+// slot 14: KV blocks this CTA did; slot 21: polls of the count before it was complete.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
 template <int kStages, bool kPipe, int kMode, int kLoaders>
@@ -646,12 +648,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (p.fused && !full && tid == 0) {
-      // Every math warp's partial stores precede the barrier above; the fence makes them
+      // Every math warp's partial stores precede the barrier above; the release add makes them
       // visible to the grid before the count says so. Remember the segment for the merge.
       const int c0 = math_walk.seg_start / sch.units_per_cta;
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
-      __threadfence();
-      atomicAdd(&p.sync[c0], 1);
+      red_release_add(&p.sync[c0], 1);
       cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
       ++num_cuts;
       trace_point<kTrace>(p, cta, 16);
@@ -673,12 +674,15 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
       if (tid == 0) {
-        while (ld_acquire(&p.sync[c.c0]) < c.n) {
+        int polls = 1;
+        while (ld_acquire(&p.sync[c.c0]) < c.n) ++polls;
+        if (kTrace && i == 0) {
+          trace_point<kTrace>(p, cta, 17);
+          p.trace[cta * kTraceSlots + 21] = polls;
         }
-        __threadfence();
-        if (i == 0) trace_point<kTrace>(p, cta, 17);
       }
-      math_sync();  // the segment's parts are all visible
+      math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
+      if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
       const int k = cta - c.c0, tasks = c.rows * kCombineSplits;
       const int t_lo = k * tasks / c.n, t_hi = (k + 1) * tasks / c.n;
       const int G = c.n <= 8 ? 8 : c.n <= 16 ? 4 : c.n <= 32 ? 2 : 1;
@@ -692,6 +696,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
           constexpr int kG = decltype(g_const)::value;
           MergeAcc acc[kG];
           merge_round<kG>(p, c.c0, c.n, t0, t_hi, wr, wpr, acc);
+          if (kTrace && tid == 0 && i == 0 && base == t_lo) trace_point<kTrace>(p, cta, 20);
           if constexpr (kG == 1) acc[0] = merge_warps(acc[0], merge_s, warp, wr, wpr, [] { math_sync(); });
 #pragma unroll
           for (int g = 0; g < kG; ++g) {

@@ -25,7 +25,9 @@ wait
 [ -n "${OLD_TREE:-}" ] && tail -1 "$WORK/old_build.log"
 pack
 ls kdtree_mla/_C*.so >/dev/null 2>&1 || { echo "no extension built"; exit 1; }
-timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton --no-sweep \
+# BENCH_SWEEP=1: the min_blocks_per_cta sweep of the B=1 H=8 cases too (not the variant sweep).
+sweep=--no-sweep; [ -n "${BENCH_SWEEP:-}" ] && sweep=--no-variant-sweep
+timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton $sweep \
   --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
 echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
 pack
