@@ -123,8 +123,6 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // a lane: its parts wr, wr + wpr, ... (wpr > 1 only with G = 1: n > 64). All 64 loads of a lane
 // and the warp's 64 LSEs (two a lane: slots lane and lane + 32) are issued before any is used:
 // one L2 round trip merges up to 8 tasks of <= 8 parts, 4 of <= 16, 2 of <= 32 or 1 of <= 64.
-// Plain (weak) loads: the caller's gpu-scope acquire of the parts' count, then a CTA barrier,
-// order them after the parts' stores (the acquire also discards this SM's stale L1 lines).
 // out[g] gets task t0 + g's MergeAcc (l summed over its slots).
 template <int G>
 __device__ __forceinline__ void merge_round(const VerifyParams& p, int c0, int n, int t0, int t_end, int wr, int wpr,
@@ -146,15 +144,15 @@ __device__ __forceinline__ void merge_round(const VerifyParams& p, int c0, int n
     const int used = task < t_end ? cnt : 0;
     const uint32_t* base = reinterpret_cast<const uint32_t*>(part + (task >> 3) * T::kHeadDimV + (task & 7) * 64 + lane * 2) +
                            2 * (c0 + wr) * kSlotWords;
-    x[g][0] = used > 0 ? base[wr == 0 ? kSlotWords : 0] : 0u;
+    x[g][0] = used > 0 ? __ldcg(base + (wr == 0 ? kSlotWords : 0)) : 0u;
 #pragma unroll
-    for (int s = 1; s < S; ++s) x[g][s] = s < used ? base[s * step] : 0u;
+    for (int s = 1; s < S; ++s) x[g][s] = s < used ? __ldcg(base + s * step) : 0u;
   }
   float w[2];  // weights of slots lane and lane + 32
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int q = lane + 32 * h, task = t0 + q / S, k = wr + (q % S) * wpr;
-    w[h] = task < t_end && k < n ? p.part_lse[part_slot(c0, k) * T::kBlockM + (task >> 3)] : -CUDART_INF_F;
+    w[h] = task < t_end && k < n ? __ldcg(p.part_lse + part_slot(c0, k) * T::kBlockM + (task >> 3)) : -CUDART_INF_F;
   }
   // Per-task max and sum over its S slots: aligned groups of min(S, 32) lanes (both halves for S = 64).
   constexpr int kGroup = S < 32 ? S : 32;
