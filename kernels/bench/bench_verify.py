@@ -256,6 +256,12 @@ def main():
         "--no-variant-sweep", action="store_true", help="keep the min_blocks sweep, skip variants"
     )
     ap.add_argument("--cases", default=None, help="comma-separated DEFAULT_CASES indices")
+    ap.add_argument(
+        "--force-variant",
+        type=int,
+        default=0,
+        help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
+    )
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -269,7 +275,10 @@ def main():
     }
     from kdtree_mla import _C
 
-    res["variant"] = _C.VARIANTS[_C.variant_for_device(torch.cuda.current_device())]
+    res["variant"] = _C.VARIANTS[
+        args.force_variant or _C.variant_for_device(torch.cuda.current_device())
+    ]
+    res["forced_variant"] = args.force_variant
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -297,6 +306,7 @@ def main():
         if picked is not None and ci not in picked:
             continue
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
+        case.ws.force_variant = args.force_variant
         floor_us = case.kv_bytes / bw * 1e6
         row = {
             "B": b,
@@ -359,7 +369,7 @@ def main():
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
                 except (RuntimeError, ValueError) as exc:
                     variants[key] = repr(exc)[:120]
-            case.ws.force_variant = 0
+            case.ws.force_variant = args.force_variant
             row["variant_sweep_graph_us"] = variants
         if not args.no_sweep and b == 1 and h == 8:
             sweep = {}
