@@ -103,5 +103,6 @@ constexpr int kCombineSplits = 8;
 constexpr int kCombineRegs = 128;
 constexpr int kCombineBatch = 34;  // parts a combine warp loads in one round (<= 64)
 constexpr int kCombineMaxParts = 1024;  // max CTAs of the main kernel (num_ctas + 1 parts)
+constexpr int kMaxFusedParts = 512;     // max CTAs of a fused-merge grid (verify_launch.h)
 
 }  // namespace kdtree_mla

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "params.h"
+#include "traits.h"
 
 namespace kdtree_mla {
 
@@ -18,16 +19,24 @@ int verify_variant_for_device(int device);
 // time the two stages separately: the combine reads what the last main launch wrote);
 // kLaunchNoPdl (benchmarks) launches without programmatic dependent launch; kLaunchSplit merges
 // in the combine kernel even where the fused merge is possible (diagnostic, A/B).
-enum LaunchParts : int { kLaunchMain = 1, kLaunchCombine = 2, kLaunchAll = 3, kLaunchNoPdl = 4, kLaunchSplit = 8 };
+// kLaunchRounds (diagnostic, A/B): the fused merge in register rounds instead of staged.
+enum LaunchParts : int {
+  kLaunchMain = 1,
+  kLaunchCombine = 2,
+  kLaunchAll = 3,
+  kLaunchNoPdl = 4,
+  kLaunchSplit = 8,
+  kLaunchRounds = 16,
+};
 cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream,
                           int parts = kLaunchAll);
 
 // Whether the main kernel merges cut segments itself (one cooperative launch, no combine
 // kernel): the grid fits one CTA a multiprocessor, the workspace has the counters, and the
 // caller did not ask for the combine kernel.
-// (At most 512 CTAs: a fused merge round holds 64 parts a warp, 8 warps a task.)
+// (At most kMaxFusedParts CTAs: a merge holds every part's LSE of a row in one warp.)
 inline bool fused_merge(int num_ctas, int sms, int parts, bool have_sync) {
-  return !(parts & kLaunchSplit) && have_sync && num_ctas <= sms && num_ctas <= 512;
+  return !(parts & kLaunchSplit) && have_sync && num_ctas <= sms && num_ctas <= kMaxFusedParts;
 }
 // The same for a launch on `device` (reads its multiprocessor count; false when unreadable).
 bool verify_merge_fused(int device, int num_ctas, int parts);

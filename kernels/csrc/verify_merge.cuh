@@ -189,6 +189,120 @@ __device__ __forceinline__ void merge_round(const VerifyParams& p, int c0, int n
   }
 }
 
+// The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
+// [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
+// of 8 elements each side). One bulk copy a part brings that range of every part into shared
+// memory `stage` (n ranges back to back, completing on mbarrier `bar`), issued by the 8 math
+// warps in turn: the copy engine, not the SM's load path, carries the ~32 KB a CTA. Meanwhile
+// warp w computes the weights of rows r_lo + w, r_lo + w + 8, ... of the range from the parts'
+// LSEs (lanes over parts) into `wbuf` [n][span] and the rows' 1/l and LSE; then every thread
+// merges 8-element granules, PG threads a granule each summing every PG-th part, and the
+// granule's first thread writes o. `phase` is bar's parity for this use (flipped here). All 256
+// math threads call this the same number of times; `sync` is their barrier.
+template <class Sync>
+__device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
+                                             int qo_begin, uint8_t* stage, float* wbuf, uint32_t bar,
+                                             uint32_t& phase, Sync sync) {
+  constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int units = rows * (T::kHeadDimV / 8);  // 8-element granules of the segment
+  const int g_lo = k * units / n, g_hi = (k + 1) * units / n, ng = g_hi - g_lo;
+  if (ng == 0) return;  // (uniform: k and n are the same for the whole CTA)
+  const int e_lo = g_lo * 8, len = ng * 8;
+  const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
+  const uint32_t bytes = static_cast<uint32_t>(len) * 2;
+  const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
+  // Copies: part j by warp j % 8, lane j / 8 (a warp's copies issue one at a time). The stage
+  // was last read through the generic proxy (ldmatrix, or the last segment's merge): order
+  // those reads before the copy engine's writes.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  if (tid == 0) mbar_expect_tx(bar, bytes * n);
+  for (int j = warp + kMathWarps * lane; j < n; j += kMathWarps * 32)
+    bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(part_slot(c0, j)) * T::kBlockM * T::kHeadDimV + e_lo,
+                  bytes, bar);
+  // Weights: row rr of the range, part j at wbuf[j * span + rr]; 1/l and LSE after them.
+  float* inv_l = wbuf + n * span;
+  float* lse_row = inv_l + span;
+  constexpr int kLsePerLane = kMaxFusedParts / 32;
+  for (int rr = warp; rr < span; rr += kMathWarps) {
+    const int r = r_lo + rr;
+    float v[kLsePerLane];
+#pragma unroll
+    for (int i = 0; i < kLsePerLane; ++i) {
+      const int j = lane + 32 * i;
+      v[i] = j < n ? __ldcg(p.part_lse + part_slot(c0, j) * T::kBlockM + r) : -CUDART_INF_F;
+    }
+    float m = -CUDART_INF_F;
+#pragma unroll
+    for (int i = 0; i < kLsePerLane; ++i) m = fmaxf(m, v[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float mref = m == -CUDART_INF_F ? 0.f : m;
+    float l = 0.f;
+#pragma unroll
+    for (int i = 0; i < kLsePerLane; ++i) {
+      const int j = lane + 32 * i;
+      const float w = exp2f(v[i] - mref);  // 0 past n
+      if (j < n) wbuf[j * span + rr] = w;
+      l += w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) {
+      inv_l[rr] = l > 0.f ? 1.f / l : 0.f;
+      lse_row[rr] = l > 0.f ? (mref + __log2f(l)) * 0.69314718055994530942f : -CUDART_INF_F;
+    }
+  }
+  sync();  // weights ready
+  mbar_wait(bar, phase);
+  phase ^= 1u;
+  // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
+  int pg = 1;
+  while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
+  const int sub = tid & (pg - 1);
+  for (int base = 0; base < ng; base += kMath / pg) {  // same trip count in every lane (shuffles)
+    const int g = base + tid / pg;
+    const bool live = g < ng;
+    const int e = (live ? g : 0) * 8;  // in the range
+    const int rr = (e_lo + e) / T::kHeadDimV - r_lo;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int j = sub; live && j < n; j += pg) {
+      const float w = wbuf[j * span + rr];
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2);
+      const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = unpack_bf16x2(vw[q]);
+        acc[2 * q] += w * f.x;
+        acc[2 * q + 1] += w * f.y;
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1)
+      if (o < pg)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+    if (live && sub == 0) {
+      const float inv = inv_l[rr];
+      const int qr = row0 + (e_lo + e) / T::kHeadDimV, col = (e_lo + e) % T::kHeadDimV;
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + int64_t(qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                           int64_t(qr & (p.num_heads - 1)) * p.o_stride_h + col;
+      uint32_t packed[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) packed[q] = pack_bf16x2(acc[2 * q] * inv, acc[2 * q + 1] * inv);
+      if (p.o_vec16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) reinterpret_cast<uint32_t*>(dst)[q] = packed[q];
+      }
+      if (col == 0 && p.lse != nullptr)  // the range holds this row's first element
+        p.lse[int64_t(qo_begin + (qr >> p.head_shift)) * p.lse_stride_t + (qr & (p.num_heads - 1))] = lse_row[rr];
+    }
+  }
+  sync();  // stage and wbuf are reused by the next segment
+}
+
 // Warps a row for a merge of nparts parts: enough that one round of kCombineBatch parts a warp
 // covers them, at most kMaxWpr (a power of two).
 __host__ __device__ __forceinline__ int merge_warps_per_row(int nparts, int max_wpr) {
