@@ -54,8 +54,7 @@ struct VerifyParams {
                     // the CTAs that stored their partial, then those done merging (fused only)
   int num_ctas;     // grid of the main kernel
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
-                    // cooperative launch; staged through shared memory; 2: in register rounds,
-                    // diagnostic) and no combine kernel runs; 0: the combine kernel does
+                    // cooperative launch) and no combine kernel runs; 0: the combine kernel does
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
   int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)

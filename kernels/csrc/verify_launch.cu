@@ -142,7 +142,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const int sms = device_sms(device);
   if (sms == 0) return cudaErrorInvalidDevice;
   VerifyParams pf = p;
-  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? (parts & kLaunchRounds ? 2 : 1) : 0;
+  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? 1 : 0;
   if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
   const VerifyParams& pm = pf;
   cudaError_t e = cudaSuccess;

@@ -19,14 +19,12 @@ int verify_variant_for_device(int device);
 // time the two stages separately: the combine reads what the last main launch wrote);
 // kLaunchNoPdl (benchmarks) launches without programmatic dependent launch; kLaunchSplit merges
 // in the combine kernel even where the fused merge is possible (diagnostic, A/B).
-// kLaunchRounds (diagnostic, A/B): the fused merge in register rounds instead of staged.
 enum LaunchParts : int {
   kLaunchMain = 1,
   kLaunchCombine = 2,
   kLaunchAll = 3,
   kLaunchNoPdl = 4,
   kLaunchSplit = 8,
-  kLaunchRounds = 16,
 };
 cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream,
                           int parts = kLaunchAll);

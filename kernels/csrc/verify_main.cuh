@@ -32,8 +32,6 @@
 // which is why there are 8 math warps.
 #pragma once
 
-#include <type_traits>
-
 #include "verify_merge.cuh"
 
 namespace kdtree_mla {
@@ -91,8 +89,7 @@ struct PieceWalk {
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
 // fused merge (tid 0): 16 partial published, 17 first cut segment's parts all published,
-// 19 math warps past the barrier after it, 20 its merge done (staged) or its first round's
-// loads used (rounds), 18 every segment's merge done;
+// 19 math warps past the barrier after it, 20 its merge done, 18 every segment's merge done;
 // slot 14: KV blocks this CTA did; slot 21: polls of the count before it was complete.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
@@ -667,14 +664,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // ---- fused merge (p.fused): the CTAs of a cut segment merge its parts together ----
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
   // cannot deadlock; every CTA published its partials before waiting for any segment. CTA k of
-  // the segment's n merges the k-th n-th of its outputs: staged (merge_staged: one bulk copy a
-  // part into the idle stage ring, then the merge from shared memory), or with p.fused == 2
-  // (diagnostic) in register rounds (merge_round: a warp takes G (row, 64-column) slices a
-  // round, as many as 64 load slots a lane hold, or with n > 64 parts wpr warps share one). The
-  // last CTA done with a segment zeroes its two counters for the next call.
+  // the segment's n merges the k-th n-th of its outputs, staged through the idle stage ring
+  // (merge_staged). The last CTA done with a segment zeroes its two counters for the next call.
   if (p.fused) {
-    auto& merge_s = *reinterpret_cast<MergeSmem<T::kMathWarps>*>(red_s);
-    static_assert(sizeof(MergeSmem<T::kMathWarps>) <= T::kRedBytes, "merge exchange fits red_s");
     static_assert((3 * kMaxFusedParts + 2 * 32) * 4 <= T::kRedBytes, "staged merge weights fit red_s");
     static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 <= 2 * T::kStageBytes,
                   "a staged merge's parts fit two stages");
@@ -691,43 +683,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
       math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      const int k = cta - c.c0;
-      if (p.fused == 1) {
-        merge_staged(p, c.c0, c.n, k, c.rows, c.row0, c.qo_begin, smem, red_s, smem_u32(&merge_bar), merge_phase,
-                     [] { math_sync(); });
-        if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
-      } else {
-        const int tasks = c.rows * kCombineSplits;
-        const int t_lo = k * tasks / c.n, t_hi = (k + 1) * tasks / c.n;
-        const int G = c.n <= 8 ? 8 : c.n <= 16 ? 4 : c.n <= 32 ? 2 : 1;
-        int wpr = 1;
-        while (wpr * 64 < c.n && wpr < T::kMathWarps) wpr *= 2;
-        const int per_round = T::kMathWarps / wpr * G;
-        const int sub = warp / wpr, wr = warp % wpr;
-        for (int base = t_lo; base < t_hi; base += per_round) {  // same trip count in every warp
-          const int t0 = base + sub * G;
-          auto round = [&](auto g_const) {
-            constexpr int kG = decltype(g_const)::value;
-            MergeAcc acc[kG];
-            merge_round<kG>(p, c.c0, c.n, t0, t_hi, wr, wpr, acc);
-            if (kTrace && tid == 0 && i == 0 && base == t_lo) trace_point<kTrace>(p, cta, 20);
-            if constexpr (kG == 1) acc[0] = merge_warps(acc[0], merge_s, warp, wr, wpr, [] { math_sync(); });
-#pragma unroll
-            for (int g = 0; g < kG; ++g) {
-              const int task = t0 + g;
-              if (wr == 0 && task < t_hi) {
-                const int qr = c.row0 + (task >> 3);
-                merge_store(p, acc[g], c.qo_begin + (qr >> p.head_shift), qr & (p.num_heads - 1), (task & 7) * 64);
-              }
-            }
-          };
-          if (G == 8) round(std::integral_constant<int, 8>{});
-          else if (G == 4) round(std::integral_constant<int, 4>{});
-          else if (G == 2) round(std::integral_constant<int, 2>{});
-          else round(std::integral_constant<int, 1>{});
-        }
-        math_sync();  // merge_s and the stages are reused by the next segment
-      }
+      merge_staged(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, smem, red_s, smem_u32(&merge_bar),
+                   merge_phase, [] { math_sync(); });
+      if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
       if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
         p.sync[c.c0] = 0;  // every CTA of the segment is past its wait
         p.sync[p.num_ctas + c.c0] = 0;

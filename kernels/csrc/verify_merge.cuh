@@ -1,5 +1,6 @@
-// Merging the partials of a segment cut by CTA boundaries (slots: verify_common.cuh). Shared
-// by the main kernel's fused merge and the combine kernel.
+// Merging the partials of a segment cut by CTA boundaries (slots: verify_common.cuh): the main
+// kernel's fused merge (merge_staged) and the combine kernel's (merge_parts, merge_warps,
+// merge_store).
 #pragma once
 
 #include "verify_common.cuh"
@@ -117,78 +118,6 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
     p.lse[t * p.lse_stride_t + h] = acc.l > 0.f ? (acc.m + __log2f(acc.l)) * 0.69314718055994530942f : -CUDART_INF_F;
 }
 
-// The fused merge's round (verify_main.cuh): one warp merges G tasks t0 .. t0 + G - 1 (those
-// below t_end) of a cut segment whose first CTA is c0 and that has n parts; task t is row t / 8
-// of the M-tile, columns [(t % 8) * 64, + 64), two a lane. Each task gets S = 64 / G load slots
-// a lane: its parts wr, wr + wpr, ... (wpr > 1 only with G = 1: n > 64). All 64 loads of a lane
-// and the warp's 64 LSEs (two a lane: slots lane and lane + 32) are issued before any is used:
-// one L2 round trip merges up to 8 tasks of <= 8 parts, 4 of <= 16, 2 of <= 32 or 1 of <= 64.
-// out[g] gets task t0 + g's MergeAcc (l summed over its slots).
-template <int G>
-__device__ __forceinline__ void merge_round(const VerifyParams& p, int c0, int n, int t0, int t_end, int wr, int wpr,
-                                            MergeAcc (&out)[G]) {
-  constexpr int S = 64 / G;
-  static_assert(G >= 1 && G <= 8 && 64 % G == 0, "1, 2, 4 or 8 tasks a round");
-  static_assert(kCombineSplits == 8 && T::kHeadDimV == 8 * 64, "task t: row t >> 3, columns (t & 7) * 64");
-  const int lane = threadIdx.x & 31;
-  const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
-  constexpr int kSlotWords = T::kBlockM * T::kHeadDimV / 2;  // one partial slot, in bf16 pairs
-  // Slot s holds part k = wr + s * wpr, in partial slot 2 (c0 + k) + (k == 0): for s >= 1 an
-  // arithmetic sequence (cheap addresses: the 64 loads must not hold 64 pointers).
-  const int cnt = (n - wr + wpr - 1) / wpr;  // slots in use
-  const uint32_t step = 2u * wpr * kSlotWords;
-  uint32_t x[G][S];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const int task = t0 + g;
-    const int used = task < t_end ? cnt : 0;
-    const uint32_t* base = reinterpret_cast<const uint32_t*>(part + (task >> 3) * T::kHeadDimV + (task & 7) * 64 + lane * 2) +
-                           2 * (c0 + wr) * kSlotWords;
-    x[g][0] = used > 0 ? __ldcg(base + (wr == 0 ? kSlotWords : 0)) : 0u;
-#pragma unroll
-    for (int s = 1; s < S; ++s) x[g][s] = s < used ? __ldcg(base + s * step) : 0u;
-  }
-  float w[2];  // weights of slots lane and lane + 32
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int q = lane + 32 * h, task = t0 + q / S, k = wr + (q % S) * wpr;
-    w[h] = task < t_end && k < n ? __ldcg(p.part_lse + part_slot(c0, k) * T::kBlockM + (task >> 3)) : -CUDART_INF_F;
-  }
-  // Per-task max and sum over its S slots: aligned groups of min(S, 32) lanes (both halves for S = 64).
-  constexpr int kGroup = S < 32 ? S : 32;
-  float m[2] = {w[0], w[1]};
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int o = kGroup / 2; o > 0; o >>= 1) m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], o));
-  if (S == 64) m[0] = m[1] = fmaxf(m[0], m[1]);
-  float l[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float mref = m[h] == -CUDART_INF_F ? 0.f : m[h];
-    w[h] = exp2f(w[h] - mref);  // 0 for absent slots
-    l[h] = w[h];
-#pragma unroll
-    for (int o = kGroup / 2; o > 0; o >>= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], o);
-  }
-  if (S == 64) l[0] = l[1] = l[0] + l[1];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    float2 a = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      const int q = g * S + s;
-      const float wq = __shfl_sync(0xffffffffu, w[q / 32], q % 32);
-      const float2 xv = unpack_bf16x2(x[g][s]);
-      a.x += wq * xv.x;
-      a.y += wq * xv.y;
-    }
-    const int q0 = g * S;
-    const float mg = __shfl_sync(0xffffffffu, m[q0 / 32], q0 % 32);
-    out[g] = MergeAcc{mg, __shfl_sync(0xffffffffu, l[q0 / 32], q0 % 32), a};  // mg -inf: no part
-  }
-}
-
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
 // of 8 elements each side). One bulk copy a part brings that range of every part into shared
@@ -301,14 +230,6 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     }
   }
   sync();  // stage and wbuf are reused by the next segment
-}
-
-// Warps a row for a merge of nparts parts: enough that one round of kCombineBatch parts a warp
-// covers them, at most kMaxWpr (a power of two).
-__host__ __device__ __forceinline__ int merge_warps_per_row(int nparts, int max_wpr) {
-  int wpr = 1;
-  while (wpr < max_wpr && wpr * kCombineBatch < nparts) wpr *= 2;
-  return wpr;
 }
 
 }  // namespace detail
