@@ -8,10 +8,11 @@
 // units laid end to end are split evenly over the fixed grid of num_ctas CTAs.
 // A segment entirely inside one CTA's range is written straight to o; a segment cut by CTA
 // boundaries leaves one partial (normalised O, LSE) per CTA, in slot 2c + (started here ? 1 : 0),
-// and the combine kernel merges them. Every CTA recomputes the schedule from the index pointers,
-// so the launch geometry never depends on device data (CUDA-graph safe).
-// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier and griddepcontrol:
-// builds unchanged for sm_90 and sm_120.
+// and the main kernel's fused merge or the combine kernel merges them. Every CTA recomputes
+// the schedule from the index pointers, so the launch geometry never depends on device data
+// (CUDA-graph safe).
+// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier, griddepcontrol
+// and gpu-scope release/acquire red/ld: builds unchanged for sm_90 and sm_120.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -30,6 +30,9 @@
 // the next piece). 10 warps fit 168 registers a thread (a scheduler holds at most 3); a 17th
 // warp beside 16 math warps would leave 96 (the scheduler holding 5 warps has 16K registers),
 // which is why there are 8 math warps.
+// With p.fused (a cooperative grid of at most one CTA an SM) the math warps then merge the
+// segments their CTA cut together with the segments' other CTAs (end of the kernel); else
+// the combine kernel does, after this grid.
 #pragma once
 
 #include "verify_merge.cuh"
