@@ -180,6 +180,13 @@ class VerifyWorkspace:
     not depend on context length; the declared maximum only bounds the schedule table
     (``max_batch + 1`` ints) and what a call may pass.
 
+    One workspace serves one call at a time: calls on one stream (eager or in graphs) are
+    fine; two calls in flight at once on different streams would share the partial buffers
+    and the fused merge's counters (wrong output, or a merge that waits forever). The fused
+    path is a cooperative launch, so the driver must be able to place every CTA at once: where
+    fewer SMs are available than the device has (an MPS thread limit, say) the launch fails
+    with an error; pass a smaller ``num_ctas`` or set ``split_combine``.
+
     Args:
         max_batch: largest B a call will pass (1..4096).
         max_tokens: largest T (sum of draft tokens) a call will pass.
