@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ uint8_t mask_s[4 * 16];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
+  __shared__ __align__(8) uint64_t merge_bar;  // fused merge (staged): its parts' copies
   __shared__ PieceWalk math_walk;  // the math warps' walk (kept out of their registers)
   __shared__ int math_more;
   // Fused merge: the (at most two) cut segments this CTA stored a partial of.
@@ -148,6 +149,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
+    mbar_init(smem_u32(&merge_bar), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
   __syncthreads();  // the barriers are initialised for every thread (done while the last grid drains)
@@ -671,6 +673,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     static_assert((3 * kMaxFusedParts + 2 * 32) * 4 <= T::kRedBytes, "staged merge weights fit red_s");
     static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 <= 2 * T::kStageBytes,
                   "a staged merge's parts fit two stages");
+    uint32_t merge_phase = 0;
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
       if (tid == 0) {
@@ -683,7 +686,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
       math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      merge_staged(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, smem, red_s, [] { math_sync(); });
+      merge_staged(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, smem, red_s, smem_u32(&merge_bar),
+                   merge_phase, [] { math_sync(); });
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
       if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
         p.sync[c.c0] = 0;  // every CTA of the segment is past its wait

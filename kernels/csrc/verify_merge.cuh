@@ -120,20 +120,19 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
-// of 8 elements each side). Its 256 math threads first load that range of every part, 16 bytes
-// a thread at a time, all loads in flight at once (~32 KB a CTA; merge_read_probe.py: such a
-// gather by every SM takes ~1.3 us on the H200, twice a contiguous read), while warp w computes
-// the weights of rows r_lo + w, r_lo + w + 8, ... of the range from the parts' LSEs (lanes
-// over parts) into `wbuf` [n][span] and the rows' 1/l and LSE; the loaded ranges go to shared
-// memory `stage` (n ranges back to back); then every thread merges 8-element granules, PG
-// threads a granule each summing every PG-th part, and the granule's first thread writes o.
-// All 256 math threads call this the same number of times; `sync` is their barrier.
+// of 8 elements each side). One bulk copy a part brings that range of every part into shared
+// memory `stage` (n ranges back to back, completing on mbarrier `bar`), issued by the 8 math
+// warps in turn: the copy engine, not the SM's load path, carries the ~32 KB a CTA. Meanwhile
+// warp w computes the weights of rows r_lo + w, r_lo + w + 8, ... of the range from the parts'
+// LSEs (lanes over parts) into `wbuf` [n][span] and the rows' 1/l and LSE; then every thread
+// merges 8-element granules, PG threads a granule each summing every PG-th part, and the
+// granule's first thread writes o. `phase` is bar's parity for this use (flipped here). All 256
+// math threads call this the same number of times; `sync` is their barrier.
 template <class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
-                                             int qo_begin, uint8_t* stage, float* wbuf, Sync sync) {
+                                             int qo_begin, uint8_t* stage, float* wbuf, uint32_t bar,
+                                             uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
-  // Granules (16 B) a thread loads: the range is <= rows * 64 / n + 1 granules of each of n parts.
-  constexpr int kPerThread = (T::kBlockM * T::kHeadDimV / 8 + kMaxFusedParts + kMath - 1) / kMath;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int units = rows * (T::kHeadDimV / 8);  // 8-element granules of the segment
   const int g_lo = k * units / n, g_hi = (k + 1) * units / n, ng = g_hi - g_lo;
@@ -141,31 +140,30 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   const int e_lo = g_lo * 8, len = ng * 8;
   const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
   const uint32_t bytes = static_cast<uint32_t>(len) * 2;
-  const uint4* part = static_cast<const uint4*>(p.part_o);
-  constexpr int kSlotGranules = T::kBlockM * T::kHeadDimV / 8;
-  // Granule q of the n x ng: part q / ng, granule q % ng of the range.
-  uint4 v[kPerThread];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int q = tid + i * kMath, j = q / ng;
-    v[i] = j < n ? __ldcg(part + int64_t(part_slot(c0, j)) * kSlotGranules + g_lo + (q - j * ng))
-                 : make_uint4(0u, 0u, 0u, 0u);
-  }
+  const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
+  // Copies: part j by warp j % 8, lane j / 8 (a warp's copies issue one at a time). The stage
+  // was last read through the generic proxy (ldmatrix, or the last segment's merge): order
+  // those reads before the copy engine's writes.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  if (tid == 0) mbar_expect_tx(bar, bytes * n);
+  for (int j = warp + kMathWarps * lane; j < n; j += kMathWarps * 32)
+    bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(part_slot(c0, j)) * T::kBlockM * T::kHeadDimV + e_lo,
+                  bytes, bar);
   // Weights: row rr of the range, part j at wbuf[j * span + rr]; 1/l and LSE after them.
   float* inv_l = wbuf + n * span;
   float* lse_row = inv_l + span;
   constexpr int kLsePerLane = kMaxFusedParts / 32;
   for (int rr = warp; rr < span; rr += kMathWarps) {
     const int r = r_lo + rr;
-    float lse[kLsePerLane];
+    float v[kLsePerLane];
 #pragma unroll
     for (int i = 0; i < kLsePerLane; ++i) {
       const int j = lane + 32 * i;
-      lse[i] = j < n ? __ldcg(p.part_lse + part_slot(c0, j) * T::kBlockM + r) : -CUDART_INF_F;
+      v[i] = j < n ? __ldcg(p.part_lse + part_slot(c0, j) * T::kBlockM + r) : -CUDART_INF_F;
     }
     float m = -CUDART_INF_F;
 #pragma unroll
-    for (int i = 0; i < kLsePerLane; ++i) m = fmaxf(m, lse[i]);
+    for (int i = 0; i < kLsePerLane; ++i) m = fmaxf(m, v[i]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     const float mref = m == -CUDART_INF_F ? 0.f : m;
@@ -173,7 +171,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
 #pragma unroll
     for (int i = 0; i < kLsePerLane; ++i) {
       const int j = lane + 32 * i;
-      const float w = exp2f(lse[i] - mref);  // 0 past n
+      const float w = exp2f(v[i] - mref);  // 0 past n
       if (j < n) wbuf[j * span + rr] = w;
       l += w;
     }
@@ -184,12 +182,9 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       lse_row[rr] = l > 0.f ? (mref + __log2f(l)) * 0.69314718055994530942f : -CUDART_INF_F;
     }
   }
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int q = tid + i * kMath, j = q / ng;
-    if (j < n) *reinterpret_cast<uint4*>(stage + j * bytes + (q - j * ng) * 16) = v[i];
-  }
-  sync();  // weights and parts in shared memory
+  sync();  // weights ready
+  mbar_wait(bar, phase);
+  phase ^= 1u;
   // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
   int pg = 1;
   while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
@@ -202,8 +197,8 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int j = sub; live && j < n; j += pg) {
       const float w = wbuf[j * span + rr];
-      const uint4 x = *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2);
-      const uint32_t vw[4] = {x.x, x.y, x.z, x.w};
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2);
+      const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float2 f = unpack_bf16x2(vw[q]);
