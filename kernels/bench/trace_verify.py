@@ -69,8 +69,8 @@ POINTS = (
     ("published", 16),  # fused merge: partial stored and counted (last cut piece)
     ("cuts_ready", 17),  # fused merge: every part of the first cut segment stored
     ("merge_start", 19),  # fused merge: math warps past the barrier after that
-    ("round1", 20),  # fused merge: the first round's loads arrived and used
-    ("merged", 18),  # fused merge: this CTA's merge share written
+    ("seg1_merged", 20),  # fused merge: the first cut segment merged (its share)
+    ("merged", 18),  # fused merge: every cut segment of this CTA merged
     ("load_done", 5),
 )
 
