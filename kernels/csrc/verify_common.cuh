@@ -228,6 +228,13 @@ __device__ __forceinline__ Schedule warp_schedule(const VerifyParams& p, Request
   return s;
 }
 
+// The combine kernel's table row of request r (first unit `first_unit`), one per draft token:
+// {qo_begin, first unit, units per segment, 0}.
+__device__ __forceinline__ void store_tokinfo(const VerifyParams& p, const Request& r, int first_unit, int q) {
+  const int4 info = make_int4(r.qo_begin, first_unit, (r.nblk + q - 1) / q, 0);
+  for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
+}
+
 // Request geometry held by lane `src` of the warp.
 __device__ __forceinline__ Request shfl_request(const Request& r, int src) {
   Request o;

@@ -76,6 +76,16 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std:
   return e;
 }
 
+// Multiprocessors of `device` (read once; 0 when unreadable).
+int device_sms(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  std::atomic<int>& cached = g_cache[device].sms;
+  int sms = cached.load(std::memory_order_acquire);
+  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    cached.store(sms, std::memory_order_release);
+  return sms;
+}
+
 // Warps of the combine kernel on one output row: enough that one round of kCombineBatch parts a
 // warp covers a typical cut segment, which has about num_ctas * 32 / rows parts (the grid's
 // CTAs share the rows' KV work evenly), plus one for a boundary. From shapes only.
@@ -101,17 +111,6 @@ int verify_variant_for_device(int device) {
   cache.variant.store(v, std::memory_order_release);
   return v;
 }
-
-namespace {
-int device_sms(int device) {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  std::atomic<int>& cached = g_cache[device].sms;
-  int sms = cached.load(std::memory_order_acquire);
-  if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
-    cached.store(sms, std::memory_order_release);
-  return sms;
-}
-}  // namespace
 
 bool verify_merge_fused(int device, int num_ctas, int parts) {
   return fused_merge(num_ctas, device_sms(device), parts, true);
@@ -144,21 +143,20 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   VerifyParams pf = p;
   pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? 1 : 0;
   if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
-  const VerifyParams& pm = pf;
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {
     switch (v) {
-      case 1: e = launch_main<2, false, 0>(pm, cache.attr_set[1], cache.coop_pdl, stream, pdl); break;
-      case 2: e = launch_main<4, true, 0>(pm, cache.attr_set[2], cache.coop_pdl, stream, pdl); break;
-      case 3: e = launch_main<3, false, 0>(pm, cache.attr_set[3], cache.coop_pdl, stream, pdl); break;
-      case 4: e = launch_main<5, false, 0>(pm, cache.attr_set[4], cache.coop_pdl, stream, pdl); break;
-      case 5: e = launch_main<4, true, 2>(pm, cache.attr_set[5], cache.coop_pdl, stream, pdl); break;
-      case 6: e = launch_main<4, true, 4>(pm, cache.attr_set[6], cache.coop_pdl, stream, pdl); break;
-      case 7: e = launch_main<4, true, kModeTrace>(pm, cache.attr_set[7], cache.coop_pdl, stream, pdl); break;
-      case 8: e = launch_main<4, true, 0, 2>(pm, cache.attr_set[8], cache.coop_pdl, stream, pdl); break;
-      case 9: e = launch_main<2, false, 0, 2>(pm, cache.attr_set[9], cache.coop_pdl, stream, pdl); break;
-      case 10: e = launch_main<3, false, kModeTrace, 2>(pm, cache.attr_set[10], cache.coop_pdl, stream, pdl); break;
-      case 11: e = launch_main<3, false, 0, 2>(pm, cache.attr_set[11], cache.coop_pdl, stream, pdl); break;
+      case 1: e = launch_main<2, false, 0>(pf, cache.attr_set[1], cache.coop_pdl, stream, pdl); break;
+      case 2: e = launch_main<4, true, 0>(pf, cache.attr_set[2], cache.coop_pdl, stream, pdl); break;
+      case 3: e = launch_main<3, false, 0>(pf, cache.attr_set[3], cache.coop_pdl, stream, pdl); break;
+      case 4: e = launch_main<5, false, 0>(pf, cache.attr_set[4], cache.coop_pdl, stream, pdl); break;
+      case 5: e = launch_main<4, true, 2>(pf, cache.attr_set[5], cache.coop_pdl, stream, pdl); break;
+      case 6: e = launch_main<4, true, 4>(pf, cache.attr_set[6], cache.coop_pdl, stream, pdl); break;
+      case 7: e = launch_main<4, true, kModeTrace>(pf, cache.attr_set[7], cache.coop_pdl, stream, pdl); break;
+      case 8: e = launch_main<4, true, 0, 2>(pf, cache.attr_set[8], cache.coop_pdl, stream, pdl); break;
+      case 9: e = launch_main<2, false, 0, 2>(pf, cache.attr_set[9], cache.coop_pdl, stream, pdl); break;
+      case 10: e = launch_main<3, false, kModeTrace, 2>(pf, cache.attr_set[10], cache.coop_pdl, stream, pdl); break;
+      case 11: e = launch_main<3, false, 0, 2>(pf, cache.attr_set[11], cache.coop_pdl, stream, pdl); break;
       default: return cudaErrorInvalidValue;
     }
   }

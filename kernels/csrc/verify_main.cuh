@@ -177,8 +177,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
       if (lane < p.batch) {
         p.sched[3 + lane] = incl;
-        const int4 info = make_int4(mine.qo_begin, excl, (mine.nblk + q - 1) / q, 0);
-        for (int i = 0; i < mine.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[mine.qo_begin + i] = info;
+        store_tokinfo(p, mine, excl, q);
       }
       if (lane == 0) {
         p.sched[0] = sch.units_per_cta;
@@ -202,11 +201,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         p.sched[0] = sch.units_per_cta;
         p.sched[1] = q;
       }
-      for (int b = tid; b < p.batch; b += kThreads) {
-        const Request r = b == tid ? mine : load_request(p, b);
-        const int4 info = make_int4(static_cast<int>(r.qo_begin), scan[b], (r.nblk + q - 1) / q, 0);
-        for (int i = 0; i < r.draft; ++i) reinterpret_cast<int4*>(p.tokinfo)[r.qo_begin + i] = info;
-      }
+      for (int b = tid; b < p.batch; b += kThreads) store_tokinfo(p, b == tid ? mine : load_request(p, b), scan[b], q);
     }
     if (lo >= sch.total_units) return;
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
