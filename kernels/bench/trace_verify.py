@@ -8,6 +8,8 @@ bench_verify.py's graph mode otherwise. Per case it prints the medians over repl
 layers of:
 
   gap     previous layer's call finished -> this main kernel's inputs visible
+  last_pub  inputs visible -> the grid's last partial published (fused merge)
+  pub>end   that -> last main CTA done: the fused merge's tail
   blocks  first KV block landed -> last PV done (CTA 0), and per block
   epi     last PV done -> last epilogue stored (CTA 0)
   main    inputs visible -> last main CTA done (its fused merge included)
@@ -43,6 +45,8 @@ from kdtree_mla import api  # noqa: E402
 
 KEYS = (
     "gap",
+    "last_pub",
+    "pub>end",
     "blocks",
     "per_block",
     "epi",
@@ -67,8 +71,10 @@ POINTS = (
     ("w0_stores", 15),
     ("stored", 9),
     ("published", 16),  # fused merge: partial stored and counted (last cut piece)
-    ("cuts_ready", 17),  # fused merge: every part of the first cut segment stored
-    ("merge_start", 19),  # fused merge: math warps past the barrier after that
+    ("merge_start", 19),  # fused merge: the first cut segment's merge begun
+    ("cuts_ready", 17),  # fused merge, wait-all (--wait-all): the count says all parts stored
+    ("parts_seen", 22),  # fused merge: every part seen stored, its copy issued
+    ("parts_landed", 23),  # fused merge: every part's copy landed
     ("seg1_merged", 20),  # fused merge: the first cut segment merged (its share)
     ("merged", 18),  # fused merge: every cut segment of this CTA merged
     ("load_done", 5),
@@ -111,8 +117,13 @@ def analyse(traces, num_ctas, crow, clock_ghz):
             return float(cb - ca) / clock_ghz / 1e3 if ca and cb else float("nan")
 
         nblk = int(tr[0, 14])
+        pubs = [int(main[i, 16]) for i in active if main[i, 16] != 0]
         row = {
             "gap": (start - prev_end) / 1e3 if prev_end else nan,
+            # fused merge: inputs visible -> the grid's last partial published, and from there
+            # to the last CTA done (the merge's tail; globaltimer)
+            "last_pub": (max(pubs) - start) / 1e3 if pubs else nan,
+            "pub>end": (main_end - max(pubs)) / 1e3 if pubs else nan,
             "blocks": cyc(7, 8),
             "per_block": cyc(7, 8) / max(nblk - 1, 1),
             "epi": cyc(8, 9),
@@ -165,6 +176,11 @@ def main():
     ap.add_argument(
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
+    ap.add_argument(
+        "--wait-all",
+        action="store_true",
+        help="fused merge: copy the parts once all are stored (launch_parts + 16)",
+    )
     args = ap.parse_args()
     ext = api.load()
     variant = traced_variant(ext) if args.variant is None else args.variant
@@ -179,6 +195,7 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
+            ws.launch_parts = 3 | (16 if args.wait_all else 0)
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)

@@ -7,8 +7,10 @@
 // is a "segment" of ceil(L_b / 32) KV blocks, cut into units of q blocks (make_schedule); all
 // units laid end to end are split evenly over the fixed grid of num_ctas CTAs.
 // A segment entirely inside one CTA's range is written straight to o; a segment cut by CTA
-// boundaries leaves one partial (normalised O, LSE) per CTA, in slot 2c + (started here ? 1 : 0),
-// and the main kernel's fused merge or the combine kernel merges them. Every CTA recomputes
+// boundaries leaves one partial (normalised O, LSE) per CTA: CTA c's piece that continues a
+// segment begun before it in slot c, its piece that starts one in slot num_ctas + c (so parts
+// 1.. of a segment lie back to back), and the main kernel's fused merge or the combine kernel
+// merges them. Every CTA recomputes
 // the schedule from the index pointers, so the launch geometry never depends on device data
 // (CUDA-graph safe).
 // Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier, griddepcontrol
@@ -250,12 +252,20 @@ __device__ __forceinline__ Request shfl_request(const Request& r, int src) {
   return o;
 }
 
-// gpu-scope release add: every write that happens before it (this thread's, and the CTA's
-// before a barrier) is visible to a gpu-scope acquire that reads the sum.
-__device__ __forceinline__ void red_release_add(int* ptr, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
+// Publishes a stored partial (tid 0, after the barrier that follows every warp's stores): one
+// gpu-scope release fence, then the segment's count raised and the part's own flag set. Other
+// CTAs wait on either with ld_acquire.
+__device__ __forceinline__ void publish_part(int* count, int* flag) {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(count) : "memory");
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
 }
-// gpu-scope acquire load (a count other CTAs of the grid raise with red_release_add).
+// Orders this thread's earlier acquire (generic proxy) before its later bulk copies from
+// global memory (async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// gpu-scope acquire load (a count or flag other CTAs of the grid set with publish_part).
 __device__ __forceinline__ int ld_acquire(const int* ptr) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");

@@ -91,8 +91,9 @@ struct PieceWalk {
 // warps: 3 first Q tile's copies issued, 11 walk shared, 6 first Q tile landed, 7 first KV block
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
-// fused merge (tid 0): 16 partial published, 17 first cut segment's parts all published,
-// 19 math warps past the barrier after it, 20 its merge done, 18 every segment's merge done;
+// fused merge (tid 0): 16 partial published, 19 first cut segment's merge begun, 22 all its
+// parts seen stored (their copies issued), 23 their copies landed, 20 its merge done, 18 every
+// segment's merge done; with p.fused == 2 (wait for the count) also 17 the count complete;
 // slot 14: KV blocks this CTA did; slot 21: polls of the count before it was complete.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #pragma unroll
     for (int o = 1; o < T::kSmTpr; o <<= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
     const bool full = math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units;
-    const int slot = 2 * cta + (math_walk.unit_lo > 0 ? 0 : 1);
+    const int slot = math_walk.unit_lo > 0 ? cta : p.num_ctas + cta;
     if (tid % T::kSmTpr == 0) {
       const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
       inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
@@ -646,11 +647,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (p.fused && !full && tid == 0) {
-      // Every math warp's partial stores precede the barrier above; the release add makes them
-      // visible to the grid before the count says so. Remember the segment for the merge.
+      // Every math warp's partial stores precede the barrier above; the release makes them
+      // visible to the grid before the count or the flag says so. Remember the segment for
+      // the merge.
       const int c0 = math_walk.seg_start / sch.units_per_cta;
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
-      red_release_add(&p.sync[c0], 1);
+      publish_part(&p.sync[c0], &p.sync[2 * p.num_ctas + slot]);
       cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
       ++num_cuts;
       trace_point<kTrace>(p, cta, 16);
@@ -663,7 +665,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
   // cannot deadlock; every CTA published its partials before waiting for any segment. CTA k of
   // the segment's n merges the k-th n-th of its outputs, staged through the idle stage ring
-  // (merge_staged). The last CTA done with a segment zeroes its two counters for the next call.
+  // (merge_staged), copying each part as soon as its flag is set (p.fused == 2, diagnostic:
+  // only after the count says every part is stored). The last CTA done with a segment zeroes
+  // its counters and its parts' flags for the next call.
   if (p.fused) {
     static_assert((3 * kMaxFusedParts + 2 * 32) * 4 <= T::kRedBytes, "staged merge weights fit red_s");
     static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 <= 2 * T::kStageBytes,
@@ -671,22 +675,27 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     uint32_t merge_phase = 0;
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
-      if (tid == 0) {
-        int polls = 1;
-        while (ld_acquire(&p.sync[c.c0]) < c.n) ++polls;
-        if (kTrace && i == 0) {
-          trace_point<kTrace>(p, cta, 17);
-          p.trace[cta * kTraceSlots + 21] = polls;
+      const bool wait_all = p.fused == 2;
+      if (wait_all) {
+        if (tid == 0) {
+          int polls = 1;
+          while (ld_acquire(&p.sync[c.c0]) < c.n) ++polls;
+          if (kTrace && i == 0) {
+            trace_point<kTrace>(p, cta, 17);
+            p.trace[cta * kTraceSlots + 21] = polls;
+          }
         }
+        math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
       }
-      math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      merge_staged(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, smem, red_s, smem_u32(&merge_bar),
-                   merge_phase, [] { math_sync(); });
+      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, !wait_all, smem, red_s,
+                           smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
       if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
-        p.sync[c.c0] = 0;  // every CTA of the segment is past its wait
+        // Every CTA of the segment is past its waits: clear for the next call.
+        p.sync[c.c0] = 0;
         p.sync[p.num_ctas + c.c0] = 0;
+        for (int k = 0; k < c.n; ++k) p.sync[2 * p.num_ctas + part_slot(p.num_ctas, c.c0, k)] = 0;
       }
     }
     if (tid == 0 && num_cuts > 0) trace_point<kTrace>(p, cta, 18);

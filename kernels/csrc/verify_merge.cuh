@@ -8,9 +8,10 @@
 namespace kdtree_mla {
 namespace detail {
 
-// Partial slot of part k of a cut segment whose first CTA is c0: the slot of c0's piece that
-// starts the segment, then the slots of the pieces of CTAs c0 + k that continue it.
-__device__ __forceinline__ int part_slot(int c0, int k) { return k == 0 ? 2 * c0 + 1 : 2 * (c0 + k); }
+// Partial slot of part k of a cut segment whose first CTA is c0 (grid of nc CTAs): the slot of
+// c0's piece that starts the segment, then the slots of the pieces of CTAs c0 + k that
+// continue it (consecutive).
+__device__ __forceinline__ int part_slot(int nc, int c0, int k) { return k == 0 ? nc + c0 : c0 + k; }
 
 // A merge in progress: max m (log2, warp-uniform), sum of weights l, this lane's weighted sums
 // of its two columns, all relative to m.
@@ -38,13 +39,13 @@ __device__ __forceinline__ MergeAcc merge_parts(const VerifyParams& p, int r, in
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {  // past the last part: re-read it (weight 0 below)
       const int k = min(k0 + u * wpr, nparts - 1);
-      x[u] = __ldcg(obase + part_slot(c0, k) * (T::kBlockM * T::kHeadDimV / 2));
+      x[u] = __ldcg(obase + part_slot(p.num_ctas, c0, k) * (T::kBlockM * T::kHeadDimV / 2));
     }
     // Lane j holds the LSEs of the round's parts j and j + 32.
     const int kl0 = k0 + lane * wpr, kl1 = k0 + (lane + 32) * wpr;
     const float v0 =
-        lane < kBatch && kl0 < nparts ? __ldcg(p.part_lse + part_slot(c0, kl0) * T::kBlockM + r) : -CUDART_INF_F;
-    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(p.part_lse + part_slot(c0, kl1) * T::kBlockM + r)
+        lane < kBatch && kl0 < nparts ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl0) * T::kBlockM + r) : -CUDART_INF_F;
+    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl1) * T::kBlockM + r)
                                                         : -CUDART_INF_F;
     float m_new = fmaxf(acc.m, fmaxf(v0, v1));
 #pragma unroll
@@ -120,17 +121,19 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
-// of 8 elements each side). One bulk copy a part brings that range of every part into shared
-// memory `stage` (n ranges back to back, completing on mbarrier `bar`), issued by the 8 math
-// warps in turn: the copy engine, not the SM's load path, carries the ~32 KB a CTA. Meanwhile
-// warp w computes the weights of rows r_lo + w, r_lo + w + 8, ... of the range from the parts'
-// LSEs (lanes over parts) into `wbuf` [n][span] and the rows' 1/l and LSE; then every thread
-// merges 8-element granules, PG threads a granule each summing every PG-th part, and the
-// granule's first thread writes o. `phase` is bar's parity for this use (flipped here). All 256
-// math threads call this the same number of times; `sync` is their barrier.
-template <class Sync>
+// of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it issues one bulk copy
+// of that range of the part into shared memory `stage` (n ranges back to back, completing on
+// mbarrier `bar`), with `poll` as soon as it sees the part's flag set, so the early parts travel
+// while the late ones are still being computed (without `poll` the caller has seen every part
+// stored). Then warp w computes the weights of rows r_lo + w, r_lo + w + 8, ... of the range from
+// the parts' LSEs (lanes over parts) into `wbuf` [n][span] and the rows' 1/l and LSE, while the
+// last copies land; then every thread merges 8-element granules, PG threads a granule each
+// summing every PG-th part, and the granule's first thread writes o. `phase` is bar's parity
+// for this use (flipped here). All 256 math threads call this the same number of times; `sync`
+// is their barrier.
+template <bool kTrace, class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
-                                             int qo_begin, uint8_t* stage, float* wbuf, uint32_t bar,
+                                             int qo_begin, bool poll, uint8_t* stage, float* wbuf, uint32_t bar,
                                              uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -141,14 +144,26 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
   const uint32_t bytes = static_cast<uint32_t>(len) * 2;
   const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
-  // Copies: part j by warp j % 8, lane j / 8 (a warp's copies issue one at a time). The stage
-  // was last read through the generic proxy (ldmatrix, or the last segment's merge): order
-  // those reads before the copy engine's writes.
+  const int* flags = p.sync + 2 * p.num_ctas;
+  // The stage was last read through the generic proxy (ldmatrix, or the last segment's
+  // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   if (tid == 0) mbar_expect_tx(bar, bytes * n);
-  for (int j = warp + kMathWarps * lane; j < n; j += kMathWarps * 32)
-    bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(part_slot(c0, j)) * T::kBlockM * T::kHeadDimV + e_lo,
-                  bytes, bar);
+  for (int base = 0; base < n; base += kMath) {  // same trip count in every lane (votes)
+    const int j = base + warp + kMathWarps * lane;
+    const int slot = j < n ? part_slot(p.num_ctas, c0, j) : 0;
+    bool pending = j < n;
+    while (__any_sync(0xffffffffu, pending)) {
+      if (pending && (!poll || ld_acquire(flags + slot) != 0)) {
+        if (poll) fence_proxy_async_global();  // the acquire before the copy engine's reads
+        bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
+                      bar);
+        pending = false;
+      }
+    }
+  }
+  if (poll) sync();  // each part seen stored by some thread: its LSEs are visible to all
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 22);
   // Weights: row rr of the range, part j at wbuf[j * span + rr]; 1/l and LSE after them.
   float* inv_l = wbuf + n * span;
   float* lse_row = inv_l + span;
@@ -159,7 +174,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
 #pragma unroll
     for (int i = 0; i < kLsePerLane; ++i) {
       const int j = lane + 32 * i;
-      v[i] = j < n ? __ldcg(p.part_lse + part_slot(c0, j) * T::kBlockM + r) : -CUDART_INF_F;
+      v[i] = j < n ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, j) * T::kBlockM + r) : -CUDART_INF_F;
     }
     float m = -CUDART_INF_F;
 #pragma unroll
@@ -185,6 +200,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   sync();  // weights ready
   mbar_wait(bar, phase);
   phase ^= 1u;
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);
   // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
   int pg = 1;
   while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;

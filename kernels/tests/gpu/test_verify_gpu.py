@@ -264,14 +264,24 @@ def sm_count() -> int:
     ],
 )
 def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads, num_ctas):
-    """The default grid (one CTA per SM) merges cut segments inside the main kernel; the same
-    call with split_combine uses the combine kernel. Both match the reference, agree with each
-    other, and leave the fused merge's counters at zero for the next call."""
+    """The default grid (one CTA per SM) merges cut segments inside the main kernel, copying
+    each part as its flag is set; the diagnostic wait-for-all merge (launch_parts + 16) and the
+    same call with split_combine (the combine kernel) too. All match the reference, agree with
+    each other, and leave the fused merge's counters and flags at zero for the next call."""
     inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
     ws = workspace(inp, num_ctas=num_ctas)
     assert ws.fused, "a grid of one CTA per SM merges in the main kernel"
     check(inp, ws)
     o_fused, lse_fused = run_kernel(inp, ws)
+    ws.launch_parts = 3 | 16
+    check(inp, ws)
+    o_wait, lse_wait = run_kernel(inp, ws)
+    ws.launch_parts = 3
+    torch.cuda.synchronize()
+    # Same sums in the same order, only the copies' timing differs: identical results.
+    assert torch.equal(o_fused, o_wait) and torch.equal(lse_fused, lse_wait), (
+        "the two fused merges differ"
+    )
     ws.split_combine = 1
     assert not ws.fused
     check(inp, ws)
