@@ -344,12 +344,6 @@ def main():
         # merge, side by side; then that path's main kernel alone and combine alone (diagnostic
         # launch_parts), a graph each.
         row["fused"] = case.ws.fused
-        if case.ws.fused:
-            # The fused merge copying its parts only once the count says all are stored
-            # (launch_parts + 16) instead of each as its flag is set: the A/B of the two waits.
-            case.ws.launch_parts = 3 | 16
-            row["wait_all_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
-            case.ws.launch_parts = 3
         case.ws.split_combine = 1
         row["split_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
         for parts, key in ((1, "main_only_graph_us"), (2, "combine_only_graph_us")):
@@ -402,14 +396,14 @@ def main():
         torch.cuda.empty_cache()
 
     print(
-        "\n| B | H | D | prefix | floor us | ours graph us | wait-all merge | two kernels | main only | combine only | ours eager us | "
+        "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
         "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
         print(
             f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
-            f"{r['ours_graph_us']:.1f} | {r.get('wait_all_graph_us', float('nan')):.1f} | {r['split_graph_us']:.1f} | "
+            f"{r['ours_graph_us']:.1f} | {r['split_graph_us']:.1f} | "
             f"{r['main_only_graph_us']:.1f} | "
             f"{r['combine_only_graph_us']:.1f} | "
             f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "

@@ -72,9 +72,9 @@ POINTS = (
     ("stored", 9),
     ("published", 16),  # fused merge: partial stored and counted (last cut piece)
     ("merge_start", 19),  # fused merge: the first cut segment's merge begun
-    ("cuts_ready", 17),  # fused merge, wait-all (--wait-all): the count says all parts stored
-    ("parts_seen", 22),  # fused merge: every part seen stored, its copy issued
-    ("parts_landed", 23),  # fused merge: every part's copy landed
+    ("parts_seen", 22),  # fused merge: every part seen stored (copies issued, LSEs landed)
+    ("parts_landed", 23),  # fused merge: every part's range landed
+    ("t0_written", 24),  # fused merge: thread 0's granules merged and written
     ("seg1_merged", 20),  # fused merge: the first cut segment merged (its share)
     ("merged", 18),  # fused merge: every cut segment of this CTA merged
     ("load_done", 5),
@@ -139,8 +139,6 @@ def analyse(traces, num_ctas, crow, clock_ghz):
             "active_ctas": len(active),
             "blocks_cta0": nblk,
             "blocks_last": int(tr[last, 14]),
-            "polls_cta0": int(tr[0, 21]),  # fused merge: reads of the count until complete
-            "polls_last": int(tr[last, 21]),
         }
         for name, k in POINTS:
             row[f"cta0.{name}"] = cyc(1, k)
@@ -176,11 +174,7 @@ def main():
     ap.add_argument(
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
-    ap.add_argument(
-        "--wait-all",
-        action="store_true",
-        help="fused merge: copy the parts once all are stored (launch_parts + 16)",
-    )
+
     args = ap.parse_args()
     ext = api.load()
     variant = traced_variant(ext) if args.variant is None else args.variant
@@ -195,7 +189,6 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
-            ws.launch_parts = 3 | (16 if args.wait_all else 0)
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)
@@ -241,13 +234,11 @@ def main():
     for m in results:
         cells = " | ".join(f"{m['cta0.' + n]:.2f}/{m['last.' + n]:.2f}" for n, _ in POINTS)
         print(f"| {m['case']} | {cells} |")
-    print(
-        "| case | last CTA start | blocks CTA0/last | combine CTA median | merge polls CTA0/last |"
-    )
+    print("| case | last CTA start | blocks CTA0/last | combine CTA median |")
     for m in results:
         print(
             f"| {m['case']} | {m['last_cta_start']:.2f} | {m['blocks_cta0']}/{m['blocks_last']} | "
-            f"{m['comb_cta_median']:.2f} | {m['polls_cta0']:.0f}/{m['polls_last']:.0f} |"
+            f"{m['comb_cta_median']:.2f} |"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -50,14 +50,11 @@ struct VerifyParams {
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
   int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
-  int* sync;        // [4 * num_ctas] zeros between calls (fused merge only): per cut segment
-                    // (by its first CTA) the CTAs that stored their partial, then those done
-                    // merging; then one flag per partial slot, set when that partial is stored
+  int* sync;        // [2 + 2 * num_ctas], zeros when allocated (fused merge only): the call's
+                    // epoch, the CTAs arrived in it, one flag per partial slot (verify_common.cuh)
   int num_ctas;     // grid of the main kernel
-  int fused;        // the main kernel merges cut segments itself (all CTAs co-resident,
-                    // cooperative launch) and no combine kernel runs: 1 copying each part as
-                    // its flag is set, 2 (diagnostic) after the count says all are stored;
-                    // 0: the combine kernel merges
+  int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
+                    // cooperative launch) and no combine kernel runs; 0: the combine kernel does
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
   int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)

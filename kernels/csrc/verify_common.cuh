@@ -43,6 +43,11 @@ template <int kBytes>
 __device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(kBytes));
 }
+// 16 bytes, bypassing L1 (data other CTAs of the grid may have written).
+__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -252,20 +257,41 @@ __device__ __forceinline__ Request shfl_request(const Request& r, int src) {
   return o;
 }
 
-// Publishes a stored partial (tid 0, after the barrier that follows every warp's stores): one
-// gpu-scope release fence, then the segment's count raised and the part's own flag set. Other
-// CTAs wait on either with ld_acquire.
-__device__ __forceinline__ void publish_part(int* count, int* flag) {
+// The fused merge's handshakes (workspace `sync`: [0] the call's epoch e, [1] CTAs arrived,
+// then one flag per partial slot). A CTA reads e, and once its schedule is known arrives with a
+// release add whose old value it looks at only at its end: the last of the grid to arrive (every
+// CTA has read e by then) moves the epoch to e + 1 and clears the arrivals for the next call. A
+// partial is published by setting its slot's flag to e + 1 (release); readers wait for exactly
+// that value, so nothing is cleared between calls.
+__device__ __forceinline__ int ld_relaxed(const int* ptr) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ int atom_release_add(int* ptr, int v) {
+  int old;
+  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
+  return old;
+}
+// tid 0 at the CTA's end: the last CTA to arrive opens the next epoch.
+__device__ __forceinline__ void merge_depart(int* sync, int arrived_before, int num_ctas, int epoch) {
+  if (arrived_before != num_ctas - 1) return;
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // after every CTA's read of the epoch
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(sync + 1), "r"(0) : "memory");
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(sync), "r"(epoch + 1) : "memory");
+}
+// Publishes a stored partial (tid 0, after the barrier that follows every warp's stores): a
+// gpu-scope release fence, then the part's flag set to `value`.
+__device__ __forceinline__ void publish_part(int* flag, int value) {
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(count) : "memory");
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
 }
 // Orders this thread's earlier acquire (generic proxy) before its later bulk copies from
 // global memory (async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
-// gpu-scope acquire load (a count or flag other CTAs of the grid set with publish_part).
+// gpu-scope acquire load (a flag other CTAs of the grid set with publish_part).
 __device__ __forceinline__ int ld_acquire(const int* ptr) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");

@@ -141,7 +141,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const int sms = device_sms(device);
   if (sms == 0) return cudaErrorInvalidDevice;
   VerifyParams pf = p;
-  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? (parts & kLaunchWaitAll ? 2 : 1) : 0;
+  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? 1 : 0;
   if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) {

@@ -18,16 +18,13 @@ int verify_variant_for_device(int device);
 // `parts` selects the kernels to launch (both by default; one alone only for benchmarks that
 // time the two stages separately: the combine reads what the last main launch wrote);
 // kLaunchNoPdl (benchmarks) launches without programmatic dependent launch; kLaunchSplit merges
-// in the combine kernel even where the fused merge is possible (diagnostic, A/B);
-// kLaunchWaitAll makes the fused merge copy its parts only once the count says all are stored,
-// instead of each as its flag is set (diagnostic, A/B).
+// in the combine kernel even where the fused merge is possible (diagnostic, A/B).
 enum LaunchParts : int {
   kLaunchMain = 1,
   kLaunchCombine = 2,
   kLaunchAll = 3,
   kLaunchNoPdl = 4,
   kLaunchSplit = 8,
-  kLaunchWaitAll = 16,
 };
 cudaError_t verify_launch(const VerifyParams& params, int device, cudaStream_t stream,
                           int parts = kLaunchAll);

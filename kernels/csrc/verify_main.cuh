@@ -92,9 +92,9 @@ struct PieceWalk {
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
 // fused merge (tid 0): 16 partial published, 19 first cut segment's merge begun, 22 all its
-// parts seen stored (their copies issued), 23 their copies landed, 20 its merge done, 18 every
-// segment's merge done; with p.fused == 2 (wait for the count) also 17 the count complete;
-// slot 14: KV blocks this CTA did; slot 21: polls of the count before it was complete.
+// parts seen stored (their copies issued, LSEs landed), 23 their ranges landed, 24 thread 0's
+// granules written, 20 its merge done, 18 every segment's merge done; slot 14: KV blocks this
+// CTA did.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
 template <int kStages, bool kPipe, int kMode, int kLoaders>
@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
+  __shared__ int merge_ready;  // the flag value of this call's stored partials
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cta = blockIdx.x;
@@ -160,6 +161,15 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   if (tid == 0) trace_point<kTrace>(p, cta, 1);
+  // Fused merge (verify_common.cuh): this call's epoch, read before the schedule's loads so it
+  // has landed when the arrival below orders it (thread 0's registers until its end).
+  int epoch = 0, arrived_before = 0;
+  if (p.fused && tid == 0) epoch = ld_relaxed(&p.sync[0]);
+  auto arrive = [&] {  // thread 0, once its schedule is known
+    if (!p.fused) return;
+    arrived_before = atom_release_add(&p.sync[1], 1);  // (the old value is used at the end)
+    merge_ready = epoch + 1;
+  };
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   // Outcome: the units [range_lo, range_hi) of this CTA and the request sb holding range_lo
@@ -172,7 +182,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     Request mine;
     int excl;
     sch = warp_schedule(p, &mine, &excl);
-    if (tid == 0) trace_point<kTrace>(p, cta, 12);
+    if (tid == 0) {
+      trace_point<kTrace>(p, cta, 12);
+      arrive();
+    }
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
     if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
@@ -186,7 +199,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         p.sched[2] = 0;
       }
     }
-    if (lo >= sch.total_units) return;
+    if (lo >= sch.total_units) {  // no work for this CTA
+      if (p.fused && tid == 0) merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      return;
+    }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
     sreq = shfl_request(mine, sb);
     sunit = __shfl_sync(0xffffffffu, excl, sb);
@@ -194,7 +210,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     int* scan = reinterpret_cast<int*>(red_s);
     Request mine;  // request tid's geometry (tid < B)
     sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
-    if (tid == 0) trace_point<kTrace>(p, cta, 12);
+    if (tid == 0) {
+      trace_point<kTrace>(p, cta, 12);
+      arrive();
+    }
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     if (!p.fused && cta == 0) {  // the combine kernel's tables
       for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
@@ -204,7 +223,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
       for (int b = tid; b < p.batch; b += kThreads) store_tokinfo(p, b == tid ? mine : load_request(p, b), scan[b], q);
     }
-    if (lo >= sch.total_units) return;
+    if (lo >= sch.total_units) {  // no work for this CTA
+      if (p.fused && tid == 0) merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      return;
+    }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
     // geometry it already has; past the first kThreads requests, thread 0 searches.
     const int owned = min(p.batch, kThreads);
@@ -648,11 +670,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (tid == 0) trace_point<kTrace>(p, cta, 9);
     if (p.fused && !full && tid == 0) {
       // Every math warp's partial stores precede the barrier above; the release makes them
-      // visible to the grid before the count or the flag says so. Remember the segment for
-      // the merge.
+      // visible to the grid before the flag says so. Remember the segment for the merge.
       const int c0 = math_walk.seg_start / sch.units_per_cta;
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
-      publish_part(&p.sync[c0], &p.sync[2 * p.num_ctas + slot]);
+      publish_part(&p.sync[2 + slot], epoch + 1);
       cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
       ++num_cuts;
       trace_point<kTrace>(p, cta, 16);
@@ -665,40 +686,24 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
   // cannot deadlock; every CTA published its partials before waiting for any segment. CTA k of
   // the segment's n merges the k-th n-th of its outputs, staged through the idle stage ring
-  // (merge_staged), copying each part as soon as its flag is set (p.fused == 2, diagnostic:
-  // only after the count says every part is stored). The last CTA done with a segment zeroes
-  // its counters and its parts' flags for the next call.
+  // (merge_staged), copying each part as soon as its flag says it is stored.
   if (p.fused) {
+    static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 + (T::kBlockM + 8 * kMaxFusedParts) * 4 <=
+                      2 * T::kStageBytes,
+                  "a staged merge's parts (ranges rounded to 16 B, LSE runs of span + 6 at most) fit two stages");
     static_assert((3 * kMaxFusedParts + 2 * 32) * 4 <= T::kRedBytes, "staged merge weights fit red_s");
-    static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 <= 2 * T::kStageBytes,
-                  "a staged merge's parts fit two stages");
     uint32_t merge_phase = 0;
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
-      const bool wait_all = p.fused == 2;
-      if (wait_all) {
-        if (tid == 0) {
-          int polls = 1;
-          while (ld_acquire(&p.sync[c.c0]) < c.n) ++polls;
-          if (kTrace && i == 0) {
-            trace_point<kTrace>(p, cta, 17);
-            p.trace[cta * kTraceSlots + 21] = polls;
-          }
-        }
-        math_sync();  // the acquire above and this barrier: the segment's parts are visible to all
-      }
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, !wait_all, smem, red_s,
+      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, merge_ready, smem, red_s,
                            smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
-      if (tid == 0 && atomicAdd(&p.sync[p.num_ctas + c.c0], 1) == c.n - 1) {
-        // Every CTA of the segment is past its waits: clear for the next call.
-        p.sync[c.c0] = 0;
-        p.sync[p.num_ctas + c.c0] = 0;
-        for (int k = 0; k < c.n; ++k) p.sync[2 * p.num_ctas + part_slot(p.num_ctas, c.c0, k)] = 0;
-      }
     }
-    if (tid == 0 && num_cuts > 0) trace_point<kTrace>(p, cta, 18);
+    if (tid == 0) {
+      if (num_cuts > 0) trace_point<kTrace>(p, cta, 18);
+      merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+    }
   }
   }
 }

@@ -121,19 +121,19 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
-// of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it issues one bulk copy
-// of that range of the part into shared memory `stage` (n ranges back to back, completing on
-// mbarrier `bar`), with `poll` as soon as it sees the part's flag set, so the early parts travel
-// while the late ones are still being computed (without `poll` the caller has seen every part
-// stored). Then warp w computes the weights of rows r_lo + w, r_lo + w + 8, ... of the range from
-// the parts' LSEs (lanes over parts) into `wbuf` [n][span] and the rows' 1/l and LSE, while the
-// last copies land; then every thread merges 8-element granules, PG threads a granule each
+// of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
+// part's flag reads `ready` (verify_common.cuh), then issues one bulk copy of that range of the
+// part into shared memory `stage` (n ranges back to back, completing on mbarrier `bar`) and
+// cp.async copies of the 16-byte-aligned run of its LSEs that covers the range's rows (after the
+// ranges), so early parts travel while late ones are still being computed. Then warp w computes
+// the weights of rows r_lo + w, r_lo + w + 8, ... of the range into `wbuf` [n][span] and the
+// rows' 1/l and LSE; then every thread merges 8-element granules, PG threads a granule each
 // summing every PG-th part, and the granule's first thread writes o. `phase` is bar's parity
 // for this use (flipped here). All 256 math threads call this the same number of times; `sync`
 // is their barrier.
 template <bool kTrace, class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
-                                             int qo_begin, bool poll, uint8_t* stage, float* wbuf, uint32_t bar,
+                                             int qo_begin, int ready, uint8_t* stage, float* wbuf, uint32_t bar,
                                              uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -143,8 +143,11 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   const int e_lo = g_lo * 8, len = ng * 8;
   const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
   const uint32_t bytes = static_cast<uint32_t>(len) * 2;
+  // LSE run of a part: rows [a0, a0 + lse_n) of its slot, 16-byte aligned both ends.
+  const int a0 = r_lo & ~3, lse_n = ((r_lo + span + 3) & ~3) - a0;
+  float* lse_s = reinterpret_cast<float*>(stage + n * bytes);
   const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
-  const int* flags = p.sync + 2 * p.num_ctas;
+  const int* flags = p.sync + 2;
   // The stage was last read through the generic proxy (ldmatrix, or the last segment's
   // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -154,27 +157,29 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     const int slot = j < n ? part_slot(p.num_ctas, c0, j) : 0;
     bool pending = j < n;
     while (__any_sync(0xffffffffu, pending)) {
-      if (pending && (!poll || ld_acquire(flags + slot) != 0)) {
-        if (poll) fence_proxy_async_global();  // the acquire before the copy engine's reads
+      if (pending && ld_acquire(flags + slot) == ready) {
+        fence_proxy_async_global();  // the acquire before the copy engine's reads
         bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
                       bar);
+        for (int i = 0; i < lse_n; i += 4)
+          cp_async_cg16(smem_u32(lse_s + j * lse_n + i), p.part_lse + slot * T::kBlockM + a0 + i);
         pending = false;
       }
     }
   }
-  if (poll) sync();  // each part seen stored by some thread: its LSEs are visible to all
-  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 22);
+  cp_async_wait_all();
+  sync();  // every part's LSEs in shared memory
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 22);  // every part seen stored
   // Weights: row rr of the range, part j at wbuf[j * span + rr]; 1/l and LSE after them.
   float* inv_l = wbuf + n * span;
   float* lse_row = inv_l + span;
   constexpr int kLsePerLane = kMaxFusedParts / 32;
   for (int rr = warp; rr < span; rr += kMathWarps) {
-    const int r = r_lo + rr;
     float v[kLsePerLane];
 #pragma unroll
     for (int i = 0; i < kLsePerLane; ++i) {
       const int j = lane + 32 * i;
-      v[i] = j < n ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, j) * T::kBlockM + r) : -CUDART_INF_F;
+      v[i] = j < n ? lse_s[j * lse_n + r_lo - a0 + rr] : -CUDART_INF_F;
     }
     float m = -CUDART_INF_F;
 #pragma unroll
@@ -200,7 +205,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   sync();  // weights ready
   mbar_wait(bar, phase);
   phase ^= 1u;
-  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);  // every part's range landed
   // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
   int pg = 1;
   while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
@@ -245,6 +250,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
         p.lse[int64_t(qo_begin + (qr >> p.head_shift)) * p.lse_stride_t + (qr & (p.num_heads - 1))] = lse_row[rr];
     }
   }
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 24);  // thread 0's granules written
   sync();  // stage and wbuf are reused by the next segment
 }
 

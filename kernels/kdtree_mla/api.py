@@ -238,16 +238,15 @@ class VerifyWorkspace:
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
         # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
-        # Fused merge counters (per cut segment: CTAs that stored their partial, CTAs done
-        # merging) and one flag per partial slot (stored); zero between calls, the kernel puts
-        # them back to zero itself.
-        self.sync = torch.zeros((4 * self.num_ctas,), dtype=torch.int32, device=dev)
+        # Fused merge handshakes: the call's epoch, CTAs arrived in this call (0 between
+        # calls), one flag per partial slot (set to the epoch + 1 when stored); zeros here, the
+        # kernel keeps them consistent itself (csrc/verify_common.cuh).
+        self.sync = torch.zeros((2 + 2 * self.num_ctas,), dtype=torch.int32, device=dev)
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.
         #   min_blocks_per_cta: lower bound on the 32-token KV blocks one CTA takes.
-        #   launch_parts (benchmarks only): 1 = main kernel alone, 2 = combine alone, 3 = both;
-        #     + 16: the fused merge copies the parts only once all are stored (A/B diagnostic).
+        #   launch_parts (benchmarks only): 1 = main kernel alone, 2 = combine alone, 3 = both.
         #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
         #   split_combine (benchmarks, tests): 1 = merge cut segments in the combine kernel even
         #     where the main kernel can merge them itself (see ``fused``).

@@ -5,8 +5,7 @@
 # most 8 files), refreshed after every step so a run stopped at its time limit keeps what it did.
 # Usage (repo root on the device machine):
 #   BENCH_CASES=0,2,4,5 NCU_CASE="8 8 4 91000" bash kernels/scripts/device_diag.sh
-# TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one;
-# TRACE_WAITALL=1 the fused merge that waits for all parts before copying (launch_parts + 16).
+# TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one.
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_diag
@@ -48,12 +47,6 @@ for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices
     > "$WORK/trace_$tv.log" 2>&1
   echo "trace $tv rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace_$tv.log" | tail -12
   pack
-  if [ -n "${TRACE_WAITALL:-}" ]; then  # the fused merge waiting for all parts (launch_parts + 16)
-    timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace_${tv}_waitall.json" --wait-all $va \
-      ${TRACE_ARGS:-} > "$WORK/trace_${tv}_waitall.log" 2>&1
-    echo "trace $tv wait-all rc=$?"; grep -v '^{' "$WORK/trace_${tv}_waitall.log" | tail -12
-    pack
-  fi
   if [ -n "${TRACE_SPLIT:-}" ]; then  # the same trace of the two-kernel path (split_combine)
     timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace_${tv}_split.json" --split $va \
       ${TRACE_ARGS:-} > "$WORK/trace_${tv}_split.log" 2>&1
