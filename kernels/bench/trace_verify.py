@@ -75,6 +75,7 @@ POINTS = (
     ("parts_seen", 22),  # fused merge: every part seen stored (copies issued, LSEs landed)
     ("parts_landed", 23),  # fused merge: every part's range landed
     ("t0_written", 24),  # fused merge: thread 0's granules merged and written
+    ("t0_again", 25),  # the same merge a second time (trace variant only): warm-cache cost
     ("seg1_merged", 20),  # fused merge: the first cut segment merged (its share)
     ("merged", 18),  # fused merge: every cut segment of this CTA merged
     ("load_done", 5),

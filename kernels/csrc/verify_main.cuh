@@ -93,8 +93,8 @@ struct PieceWalk {
 // 9 last epilogue stored (all math warps);
 // fused merge (tid 0): 16 partial published, 19 first cut segment's merge begun, 22 all its
 // parts seen stored (their copies issued, LSEs landed), 23 their ranges landed, 24 thread 0's
-// granules written, 20 its merge done, 18 every segment's merge done; slot 14: KV blocks this
-// CTA did.
+// granules written, 25 the same again (a second pass, diagnostic), 20 its merge done, 18 every
+// segment's merge done; slot 14: KV blocks this CTA did.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
 template <int kStages, bool kPipe, int kMode, int kLoaders>
@@ -162,10 +162,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #endif
   if (tid == 0) trace_point<kTrace>(p, cta, 1);
   // Fused merge (verify_common.cuh): this call's epoch, read before the schedule's loads so it
-  // has landed when the arrival below orders it (thread 0's registers until its end).
+  // has landed when the arrival orders it (thread 0's registers until its end).
   int epoch = 0, arrived_before = 0;
   if (p.fused && tid == 0) epoch = ld_relaxed(&p.sync[0]);
-  auto arrive = [&] {  // thread 0, once its schedule is known
+  auto arrive = [&] {  // thread 0: after the first Q tile's copies, or leaving without work
     if (!p.fused) return;
     arrived_before = atom_release_add(&p.sync[1], 1);  // (the old value is used at the end)
     merge_ready = epoch + 1;
@@ -182,10 +182,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     Request mine;
     int excl;
     sch = warp_schedule(p, &mine, &excl);
-    if (tid == 0) {
-      trace_point<kTrace>(p, cta, 12);
-      arrive();
-    }
+    if (tid == 0) trace_point<kTrace>(p, cta, 12);
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
     if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
@@ -200,7 +197,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      if (p.fused && tid == 0) {
+        arrive();
+        merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      }
       return;
     }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
@@ -210,10 +210,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     int* scan = reinterpret_cast<int*>(red_s);
     Request mine;  // request tid's geometry (tid < B)
     sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
-    if (tid == 0) {
-      trace_point<kTrace>(p, cta, 12);
-      arrive();
-    }
+    if (tid == 0) trace_point<kTrace>(p, cta, 12);
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     if (!p.fused && cta == 0) {  // the combine kernel's tables
       for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
@@ -224,7 +221,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int b = tid; b < p.batch; b += kThreads) store_tokinfo(p, b == tid ? mine : load_request(p, b), scan[b], q);
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      if (p.fused && tid == 0) {
+        arrive();
+        merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      }
       return;
     }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
@@ -361,7 +361,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   } else if (tid == 0) {
     mbar_arrive(smem_u32(&full_bar[0]));
   }
-  if (tid == 0) trace_point<kTrace>(p, cta, 3);
+  if (tid == 0) {
+    trace_point<kTrace>(p, cta, 3);
+    arrive();  // its release fence here, where warp 0 waits for its first KV block anyway
+  }
   if (tid == 0) {
     math_walk = w;
     num_cuts = 0;
