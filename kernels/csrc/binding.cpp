@@ -133,8 +133,8 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 &&
                      reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
                  "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
-  KD_CHECK_VALUE(w.sync.scalar_type() == at::kInt && w.sync.is_contiguous() && w.sync.numel() >= 2 + 2 * w.num_ctas,
-                 "workspace.sync: must be contiguous int32 [2 + 2*num_ctas] (zeros when allocated)");
+  KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() && w.sync.numel() >= 1 + 2 * w.num_ctas,
+                 "workspace.sync: must be contiguous int64 [1 + 2*num_ctas] (zeros when allocated)");
   return {};
 }
 
@@ -258,7 +258,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.part_lse = ws.part_lse.data_ptr<float>();
   p.sched = ws.sched.data_ptr<int>();
   p.tokinfo = ws.tokinfo.data_ptr<int>();
-  p.sync = ws.sync.data_ptr<int>();
+  p.sync = reinterpret_cast<unsigned long long*>(ws.sync.data_ptr<int64_t>());
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);

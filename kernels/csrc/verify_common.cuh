@@ -257,34 +257,26 @@ __device__ __forceinline__ Request shfl_request(const Request& r, int src) {
   return o;
 }
 
-// The fused merge's handshakes (workspace `sync`: [0] the call's epoch e, [1] CTAs arrived,
-// then one flag per partial slot). A CTA reads e, and once its schedule is known arrives with a
-// release add whose old value it looks at only at its end: the last of the grid to arrive (every
-// CTA has read e by then) moves the epoch to e + 1 and clears the arrivals for the next call. A
-// partial is published by setting its slot's flag to e + 1 (release); readers wait for exactly
-// that value, so nothing is cleared between calls.
-__device__ __forceinline__ int ld_relaxed(const int* ptr) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+// The fused merge's handshakes (workspace `sync`, 64-bit: [0] CTAs ended, then one flag per
+// partial slot). Every CTA of a fused call adds 1 to [0] as it ends, so after c calls it holds
+// c * num_ctas; a CTA of call c reads it after griddepcontrol.wait (call c - 1 complete), when
+// at most num_ctas - 1 CTAs of call c have ended, so [0] / num_ctas = c in every CTA: the call's
+// epoch, with no grid-wide step. A partial is published by setting its slot's flag to c + 1
+// (release); readers wait for exactly that value, so nothing is cleared between calls (64 bits:
+// no wrap).
+__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* ptr) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
   return v;
 }
-__device__ __forceinline__ int atom_release_add(int* ptr, int v) {
-  int old;
-  asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
-  return old;
-}
-// tid 0 at the CTA's end: the last CTA to arrive opens the next epoch.
-__device__ __forceinline__ void merge_depart(int* sync, int arrived_before, int num_ctas, int epoch) {
-  if (arrived_before != num_ctas - 1) return;
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // after every CTA's read of the epoch
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(sync + 1), "r"(0) : "memory");
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(sync), "r"(epoch + 1) : "memory");
+__device__ __forceinline__ void red_add_u64(unsigned long long* ptr, unsigned long long v) {
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;\n" ::"l"(ptr), "l"(v) : "memory");
 }
 // Publishes a stored partial (tid 0, after the barrier that follows every warp's stores): a
 // gpu-scope release fence, then the part's flag set to `value`.
-__device__ __forceinline__ void publish_part(int* flag, int value) {
+__device__ __forceinline__ void publish_part(unsigned long long* flag, unsigned long long value) {
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(flag), "l"(value) : "memory");
 }
 // Orders this thread's earlier acquire (generic proxy) before its later bulk copies from
 // global memory (async proxy).
@@ -292,9 +284,9 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 // gpu-scope acquire load (a flag other CTAs of the grid set with publish_part).
-__device__ __forceinline__ int ld_acquire(const int* ptr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+__device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* ptr) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
   return v;
 }
 

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
-  __shared__ int merge_ready;  // the flag value of this call's stored partials
+  __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cta = blockIdx.x;
@@ -161,15 +161,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   if (tid == 0) trace_point<kTrace>(p, cta, 1);
-  // Fused merge (verify_common.cuh): this call's epoch, read before the schedule's loads so it
-  // has landed when the arrival orders it (thread 0's registers until its end).
-  int epoch = 0, arrived_before = 0;
-  if (p.fused && tid == 0) epoch = ld_relaxed(&p.sync[0]);
-  auto arrive = [&] {  // thread 0: after the first Q tile's copies, or leaving without work
-    if (!p.fused) return;
-    arrived_before = atom_release_add(&p.sync[1], 1);  // (the old value is used at the end)
-    merge_ready = epoch + 1;
-  };
+  // Fused merge (verify_common.cuh): CTAs ended in earlier calls, read by thread 0 ahead of
+  // the schedule's loads; used once those have landed.
+  unsigned long long ready = 0;
+  if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   // Outcome: the units [range_lo, range_hi) of this CTA and the request sb holding range_lo
@@ -197,10 +192,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) {
-        arrive();
-        merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
-      }
+      if (p.fused && tid == 0) red_add_u64(&p.sync[0], 1);  // this CTA ended
       return;
     }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
@@ -221,10 +213,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int b = tid; b < p.batch; b += kThreads) store_tokinfo(p, b == tid ? mine : load_request(p, b), scan[b], q);
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) {
-        arrive();
-        merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
-      }
+      if (p.fused && tid == 0) red_add_u64(&p.sync[0], 1);  // this CTA ended
       return;
     }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
@@ -248,6 +237,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     sreq = start_req;
     sb = start_info[0];
     sunit = start_info[1];
+  }
+  if (p.fused && tid == 0) {  // the flag value of this call's partials
+    ready = ready / static_cast<unsigned>(p.num_ctas) + 1;
+    merge_ready = ready;
   }
   const int range_lo = cta * sch.units_per_cta;
   const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
@@ -361,10 +354,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   } else if (tid == 0) {
     mbar_arrive(smem_u32(&full_bar[0]));
   }
-  if (tid == 0) {
-    trace_point<kTrace>(p, cta, 3);
-    arrive();  // its release fence here, where warp 0 waits for its first KV block anyway
-  }
+  if (tid == 0) trace_point<kTrace>(p, cta, 3);
   if (tid == 0) {
     math_walk = w;
     num_cuts = 0;
@@ -676,7 +666,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       // visible to the grid before the flag says so. Remember the segment for the merge.
       const int c0 = math_walk.seg_start / sch.units_per_cta;
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
-      publish_part(&p.sync[2 + slot], epoch + 1);
+      publish_part(&p.sync[1 + slot], ready);
       cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
       ++num_cuts;
       trace_point<kTrace>(p, cta, 16);
@@ -705,7 +695,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (tid == 0) {
       if (num_cuts > 0) trace_point<kTrace>(p, cta, 18);
-      merge_depart(p.sync, arrived_before, p.num_ctas, epoch);
+      red_add_u64(&p.sync[0], 1);  // this CTA ended
     }
   }
   }

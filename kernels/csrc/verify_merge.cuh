@@ -133,7 +133,8 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // is their barrier.
 template <bool kTrace, class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
-                                             int qo_begin, int ready, uint8_t* stage, float* wbuf, uint32_t bar,
+                                             int qo_begin, unsigned long long ready, uint8_t* stage, float* wbuf,
+                                             uint32_t bar,
                                              uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -147,7 +148,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   const int a0 = r_lo & ~3, lse_n = ((r_lo + span + 3) & ~3) - a0;
   float* lse_s = reinterpret_cast<float*>(stage + n * bytes);
   const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
-  const int* flags = p.sync + 2;
+  const unsigned long long* flags = p.sync + 1;
   // The stage was last read through the generic proxy (ldmatrix, or the last segment's
   // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -157,7 +158,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     const int slot = j < n ? part_slot(p.num_ctas, c0, j) : 0;
     bool pending = j < n;
     while (__any_sync(0xffffffffu, pending)) {
-      if (pending && ld_acquire(flags + slot) == ready) {
+      if (pending && ld_acquire_u64(flags + slot) == ready) {
         fence_proxy_async_global();  // the acquire before the copy engine's reads
         bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
                       bar);
@@ -221,9 +222,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     const int e = (live ? g : 0) * 8;  // in the range
     const int rr = (e_lo + e) / T::kHeadDimV - r_lo;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int j = sub; live && j < n; j += pg) {
-      const float w = wbuf[j * span + rr];
-      const uint4 v = *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2);
+    auto add = [&](float w, const uint4& v) {
       const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -231,6 +230,22 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
         acc[2 * q] += w * f.x;
         acc[2 * q + 1] += w * f.y;
       }
+    };
+    if (live) {
+      // Four parts a step, their shared-memory loads issued together (one latency, not four).
+      int j = sub;
+      for (; j + 3 * pg < n; j += 4 * pg) {
+        float w[4];
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          w[u] = wbuf[(j + u * pg) * span + rr];
+          v[u] = *reinterpret_cast<const uint4*>(stage + (j + u * pg) * bytes + e * 2);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) add(w[u], v[u]);
+      }
+      for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2));
     }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1)

@@ -238,10 +238,11 @@ class VerifyWorkspace:
         self.sched = torch.empty((self.limits.max_batch + 3,), dtype=torch.int32, device=dev)
         # Per draft token {qo_begin, unit prefix, units per segment, 0}, for the combine kernel.
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
-        # Fused merge handshakes: the call's epoch, CTAs arrived in this call (0 between
-        # calls), one flag per partial slot (set to the epoch + 1 when stored); zeros here, the
-        # kernel keeps them consistent itself (csrc/verify_common.cuh).
-        self.sync = torch.zeros((2 + 2 * self.num_ctas,), dtype=torch.int32, device=dev)
+        # Fused merge handshakes: CTAs ended over all fused calls (num_ctas a call, so the
+        # call's number is known to every CTA), one flag per partial slot (the number of the
+        # call that stored it, + 1); zeros here, the kernel keeps them consistent itself
+        # (csrc/verify_common.cuh).
+        self.sync = torch.zeros((1 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.

@@ -251,12 +251,12 @@ def sm_count() -> int:
 
 
 def assert_merge_state(ws, calls: int) -> None:
-    """After `calls` fused calls on a fresh workspace: epoch = calls, no CTA counted as
-    arrived, and every partial slot's flag from some earlier epoch (0..calls)."""
+    """After `calls` fused calls on a fresh workspace: every CTA of every call counted as ended
+    (num_ctas a call), every partial slot's flag from one of those calls (0..calls), and the
+    last call's flags among them."""
     sync = ws.sync.cpu()
-    assert int(sync[0]) == calls, f"epoch {int(sync[0])} after {calls} fused calls"
-    assert int(sync[1]) == 0, "arrivals not cleared for the next call"
-    flags = sync[2:]
+    assert int(sync[0]) == calls * ws.num_ctas, f"{int(sync[0])} CTA ends after {calls} calls"
+    flags = sync[1:]
     assert int(flags.min()) >= 0 and int(flags.max()) <= calls
 
 
