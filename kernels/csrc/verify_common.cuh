@@ -278,6 +278,15 @@ __device__ __forceinline__ void publish_part(unsigned long long* flag, unsigned 
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(flag), "l"(value) : "memory");
 }
+// CTA-scope release/acquire on shared memory: extend an acquire of one thread to the others.
+__device__ __forceinline__ void st_shared_release(uint32_t* ptr, uint32_t v) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(smem_u32(ptr)), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_shared_acquire(const uint32_t* ptr) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(ptr)) : "memory");
+  return v;
+}
 // Orders this thread's earlier acquire (generic proxy) before its later bulk copies from
 // global memory (async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() {

@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
+  __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cta = blockIdx.x;
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
     mbar_init(smem_u32(&merge_bar), 1);
+    for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
   __syncthreads();  // the barriers are initialised for every thread (done while the last grid drains)
@@ -689,8 +691,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, merge_ready, smem, red_s,
-                           smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
+      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, merge_ready, merge_seen, smem,
+                           red_s, smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
     }
     if (tid == 0) {

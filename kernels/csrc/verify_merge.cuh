@@ -122,7 +122,8 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
 // of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
-// part's flag reads `ready` (verify_common.cuh), then issues one bulk copy of that range of the
+// part's flag reads `ready` (verify_common.cuh; warp 0 polls the flags for all and posts them in
+// `seen`, zeros on entry and left zero), then issues one bulk copy of that range of the
 // part into shared memory `stage` (n ranges back to back, completing on mbarrier `bar`) and
 // cp.async copies of the 16-byte-aligned run of its LSEs that covers the range's rows (after the
 // ranges), so early parts travel while late ones are still being computed. Then warp w computes
@@ -133,8 +134,8 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // is their barrier.
 template <bool kTrace, class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
-                                             int qo_begin, unsigned long long ready, uint8_t* stage, float* wbuf,
-                                             uint32_t bar,
+                                             int qo_begin, unsigned long long ready, uint32_t* seen, uint8_t* stage,
+                                             float* wbuf, uint32_t bar,
                                              uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -153,18 +154,41 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   if (tid == 0) mbar_expect_tx(bar, bytes * n);
-  for (int base = 0; base < n; base += kMath) {  // same trip count in every lane (votes)
-    const int j = base + warp + kMathWarps * lane;
-    const int slot = j < n ? part_slot(p.num_ctas, c0, j) : 0;
-    bool pending = j < n;
-    while (__any_sync(0xffffffffu, pending)) {
-      if (pending && ld_acquire_u64(flags + slot) == ready) {
+  // Warp 0 polls every part's flag (32 a load, one lane each) and posts what it has seen in
+  // `seen` (a bit a part, release); the owners wait on those bits in shared memory, so the
+  // grid's flags see one warp a CTA rather than one thread a part.
+  static_assert(kMaxFusedParts == 2 * kMath, "a lane owns at most two parts");
+  const int words = (n + 31) / 32;
+  bool all_seen = warp != 0;
+  bool pending[2];
+  int own[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    own[u] = u * kMath + warp + kMathWarps * lane;
+    pending[u] = own[u] < n;
+  }
+  while (!all_seen || __any_sync(0xffffffffu, pending[0] || pending[1])) {
+    if (!all_seen) {  // warp 0 (uniform)
+      all_seen = true;
+      for (int wd = 0; wd < words; ++wd) {
+        const int j = wd * 32 + lane;
+        const bool got = j >= n || (ld_shared_acquire(&seen[wd]) >> lane & 1u) ||
+                         ld_acquire_u64(flags + part_slot(p.num_ctas, c0, j)) == ready;
+        const uint32_t bits = __ballot_sync(0xffffffffu, got);
+        if (lane == 0) st_shared_release(&seen[wd], bits);
+        all_seen = all_seen && bits == 0xffffffffu;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (pending[u] && (ld_shared_acquire(&seen[own[u] >> 5]) >> (own[u] & 31) & 1u)) {
+        const int j = own[u], slot = part_slot(p.num_ctas, c0, j);
         fence_proxy_async_global();  // the acquire before the copy engine's reads
         bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
                       bar);
         for (int i = 0; i < lse_n; i += 4)
           cp_async_cg16(smem_u32(lse_s + j * lse_n + i), p.part_lse + slot * T::kBlockM + a0 + i);
-        pending = false;
+        pending[u] = false;
       }
     }
   }
@@ -272,7 +296,8 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   }
   }
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, kTrace ? 25 : 24);
-  sync();  // stage and wbuf are reused by the next segment
+  if (tid < kMaxFusedParts / 32) seen[tid] = 0;  // for the next segment (read before the sync above)
+  sync();  // stage, wbuf and seen are reused by the next segment
 }
 
 }  // namespace detail
