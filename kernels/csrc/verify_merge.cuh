@@ -122,8 +122,8 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
 // of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
-// part's flag reads `ready` (verify_common.cuh; warp 0 polls the flags for all and posts them in
-// `seen`, zeros on entry and left zero), then issues one bulk copy of that range of the
+// part's flag reads `ready` (verify_common.cuh; warps poll the flags 32 at a time and post them
+// in `seen`, zeros on entry and left zero), then issues one bulk copy of that range of the
 // part into shared memory `stage` (n ranges back to back, completing on mbarrier `bar`) and
 // cp.async copies of the 16-byte-aligned run of its LSEs that covers the range's rows (after the
 // ranges), so early parts travel while late ones are still being computed. Then warp w computes
@@ -154,12 +154,14 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   if (tid == 0) mbar_expect_tx(bar, bytes * n);
-  // Warp 0 polls every part's flag (32 a load, one lane each) and posts what it has seen in
-  // `seen` (a bit a part, release); the owners wait on those bits in shared memory, so the
-  // grid's flags see one warp a CTA rather than one thread a part.
+  // Warp w polls the flags of parts [32 w, 32 w + 32) (+ 256 ...; one lane each, one load a
+  // round) and posts what it has seen in `seen` (a bit a part, release); the owners wait on
+  // those bits in shared memory. So the grid's flags see one load per 32 parts a CTA rather
+  // than one per part, and a round is one acquire's round trip (an acquire waits for its load
+  // before the next one issues: one warp polling all words took one round trip a word).
   static_assert(kMaxFusedParts == 2 * kMath, "a lane owns at most two parts");
   const int words = (n + 31) / 32;
-  bool all_seen = warp != 0;
+  bool all_seen = warp >= words;
   bool pending[2];
   int own[2];
 #pragma unroll
@@ -168,9 +170,9 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
     pending[u] = own[u] < n;
   }
   while (!all_seen || __any_sync(0xffffffffu, pending[0] || pending[1])) {
-    if (!all_seen) {  // warp 0 (uniform)
+    if (!all_seen) {  // (uniform in the warp)
       all_seen = true;
-      for (int wd = 0; wd < words; ++wd) {
+      for (int wd = warp; wd < words; wd += kMathWarps) {
         const int j = wd * 32 + lane;
         const bool got = j >= n || (ld_shared_acquire(&seen[wd]) >> lane & 1u) ||
                          ld_acquire_u64(flags + part_slot(p.num_ctas, c0, j)) == ready;
