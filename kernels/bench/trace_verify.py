@@ -74,8 +74,10 @@ POINTS = (
     ("merge_start", 19),  # fused merge: the first cut segment's merge begun
     ("parts_seen", 22),  # fused merge: every part seen stored (copies issued, LSEs landed)
     ("parts_landed", 23),  # fused merge: every part's range landed
+    ("gran_loop", 25),  # fused merge: granule loop entered (weights ready, pg chosen)
+    ("t0_summed", 26),  # fused merge: thread 0's parts summed (its first granule)
+    ("t0_reduced", 27),  # fused merge: ... and reduced over its thread group (shuffles)
     ("t0_written", 24),  # fused merge: thread 0's granules merged and written
-    ("t0_again", 25),  # the same merge a second time (trace variant only): warm-cache cost
     ("seg1_merged", 20),  # fused merge: the first cut segment merged (its share)
     ("merged", 18),  # fused merge: every cut segment of this CTA merged
     ("load_done", 5),

@@ -237,11 +237,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   int pg = 1;
   while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
   const int sub = tid & (pg - 1);
-  // Trace variant only: the same merge a second time (same stores), stamped again (25), to
-  // tell the first pass's one-time costs (a cold instruction cache) from the work itself.
-#pragma unroll 1
-  for (int pass = 0; pass < (kTrace ? 2 : 1); ++pass) {
-  if (kTrace && pass == 1 && tid == 0) trace_point<kTrace>(p, blockIdx.x, 24);  // thread 0's granules written
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 25);  // granule loop entered
   for (int base = 0; base < ng; base += kMath / pg) {  // same trip count in every lane (shuffles)
     const int g = base + tid / pg;
     const bool live = g < ng;
@@ -273,11 +269,13 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       }
       for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2));
     }
+    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 26);  // thread 0's parts summed
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1)
       if (o < pg)
 #pragma unroll
         for (int q = 0; q < 8; ++q) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 27);  // and reduced over its group
     if (live && sub == 0) {
       const float inv = inv_l[rr];
       const int qr = row0 + (e_lo + e) / T::kHeadDimV, col = (e_lo + e) % T::kHeadDimV;
@@ -296,8 +294,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
         p.lse[int64_t(qo_begin + (qr >> p.head_shift)) * p.lse_stride_t + (qr & (p.num_heads - 1))] = lse_row[rr];
     }
   }
-  }
-  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, kTrace ? 25 : 24);
+  if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 24);  // thread 0's granules written
   if (tid < kMaxFusedParts / 32) seen[tid] = 0;  // for the next segment (read before the sync above)
   sync();  // stage, wbuf and seen are reused by the next segment
 }
