@@ -93,8 +93,8 @@ struct PieceWalk {
 // 9 last epilogue stored (all math warps);
 // fused merge (tid 0): 16 partial published, 19 first cut segment's merge begun, 22 all its
 // parts seen stored (their copies issued, LSEs landed), 23 their ranges landed, 25 granule loop
-// entered, 26 thread 0's parts summed, 27 reduced, 24 thread 0's granules written, 20 its merge done, 18 every segment's merge done; slot 14: KV blocks this
-// CTA did.
+// entered, 26 thread 0's parts summed, 27 and reduced, 24 thread 0's granules written, 20 its
+// merge done, 18 every segment's merge done; slot 14: KV blocks this CTA did.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
 template <int kStages, bool kPipe, int kMode, int kLoaders>

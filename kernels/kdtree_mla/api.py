@@ -182,7 +182,7 @@ class VerifyWorkspace:
 
     One workspace serves one call at a time: calls on one stream (eager or in graphs) are
     fine; two calls in flight at once on different streams would share the partial buffers
-    and the fused merge's counters (wrong output, or a merge that waits forever). The fused
+    and the fused merge's flags (wrong output, or a merge that waits forever). The fused
     path is a cooperative launch, so the driver must be able to place every CTA at once: where
     fewer SMs are available than the device has (an MPS thread limit, say) the launch fails
     with an error; pass a smaller ``num_ctas`` or set ``split_combine``.
