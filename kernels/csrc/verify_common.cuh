@@ -10,11 +10,10 @@
 // boundaries leaves one partial (normalised O, LSE) per CTA: CTA c's piece that continues a
 // segment begun before it in slot c, its piece that starts one in slot num_ctas + c (so parts
 // 1.. of a segment lie back to back), and the main kernel's fused merge or the combine kernel
-// merges them. Every CTA recomputes
-// the schedule from the index pointers, so the launch geometry never depends on device data
-// (CUDA-graph safe).
-// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier, griddepcontrol
-// and gpu-scope release/acquire red/ld: builds unchanged for sm_90 and sm_120.
+// merges them. Every CTA recomputes the schedule from the index pointers, so the launch
+// geometry never depends on device data (CUDA-graph safe).
+// Only mma.sync m16n8k16 bf16, ldmatrix, cp.async, cp.async.bulk, mbarrier, griddepcontrol,
+// gpu-scope fences, ld.acquire and red: builds unchanged for sm_90 and sm_120.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -43,9 +43,10 @@ __device__ __forceinline__ MergeAcc merge_parts(const VerifyParams& p, int r, in
     }
     // Lane j holds the LSEs of the round's parts j and j + 32.
     const int kl0 = k0 + lane * wpr, kl1 = k0 + (lane + 32) * wpr;
-    const float v0 =
-        lane < kBatch && kl0 < nparts ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl0) * T::kBlockM + r) : -CUDART_INF_F;
-    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl1) * T::kBlockM + r)
+    const float* lse = p.part_lse + r;
+    const float v0 = lane < kBatch && kl0 < nparts ? __ldcg(lse + part_slot(p.num_ctas, c0, kl0) * T::kBlockM)
+                                                   : -CUDART_INF_F;
+    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(lse + part_slot(p.num_ctas, c0, kl1) * T::kBlockM)
                                                         : -CUDART_INF_F;
     float m_new = fmaxf(acc.m, fmaxf(v0, v1));
 #pragma unroll
@@ -135,8 +136,7 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 template <bool kTrace, class Sync>
 __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
                                              int qo_begin, unsigned long long ready, uint32_t* seen, uint8_t* stage,
-                                             float* wbuf, uint32_t bar,
-                                             uint32_t& phase, Sync sync) {
+                                             float* wbuf, uint32_t bar, uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int units = rows * (T::kHeadDimV / 8);  // 8-element granules of the segment
