@@ -43,11 +43,12 @@ __device__ __forceinline__ MergeAcc merge_parts(const VerifyParams& p, int r, in
     }
     // Lane j holds the LSEs of the round's parts j and j + 32.
     const int kl0 = k0 + lane * wpr, kl1 = k0 + (lane + 32) * wpr;
-    const float* lse = p.part_lse + r;
-    const float v0 = lane < kBatch && kl0 < nparts ? __ldcg(lse + part_slot(p.num_ctas, c0, kl0) * T::kBlockM)
-                                                   : -CUDART_INF_F;
-    const float v1 = lane + 32 < kBatch && kl1 < nparts ? __ldcg(lse + part_slot(p.num_ctas, c0, kl1) * T::kBlockM)
-                                                        : -CUDART_INF_F;
+    const float v0 = lane < kBatch && kl0 < nparts
+                         ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl0) * T::kBlockM + r)
+                         : -CUDART_INF_F;
+    const float v1 = lane + 32 < kBatch && kl1 < nparts
+                         ? __ldcg(p.part_lse + part_slot(p.num_ctas, c0, kl1) * T::kBlockM + r)
+                         : -CUDART_INF_F;
     float m_new = fmaxf(acc.m, fmaxf(v0, v1));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, o));
