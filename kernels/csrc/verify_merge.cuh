@@ -121,79 +121,6 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
     p.lse[t * p.lse_stride_t + h] = acc.l > 0.f ? (acc.m + __log2f(acc.l)) * 0.69314718055994530942f : -CUDART_INF_F;
 }
 
-// The granule step of merge_staged: PG threads a granule (8 elements of the CTA's range), each
-// summing the weighted parts sub, sub + PG, ... two at a time, then the group's sums reduced by
-// shuffles and written by the group's first thread. Straight-line on purpose: this code runs
-// once a call, and in its branchy form (a runtime PG with a ladder of predicated shuffle levels,
-// a remainder loop) it stalled mostly on instruction fetch (Nsight Compute, B=1 5.7k). A step
-// past the last part reads part 0 at weight 0 (finite data, adds exactly 0).
-struct GranuleJob {
-  const uint8_t* stage;                 // n ranges of `bytes` back to back
-  const float *wbuf, *inv_l, *lse_row;  // weights [n][span], per-row 1/l and LSE
-  int n, ng, bytes, span, e_lo, r_lo, row0, qo_begin;
-};
-template <int PG, bool kTrace>
-__device__ __forceinline__ void merge_granules(const VerifyParams& p, const GranuleJob& jb) {
-  constexpr int kMath = T::kMathThreads;
-  const int tid = threadIdx.x, sub = tid & (PG - 1);
-  constexpr int kU = 2;  // parts a step
-  const int steps = (jb.n + kU * PG - 1) / (kU * PG);  // the same in every thread
-  for (int base = 0; base < jb.ng; base += kMath / PG) {  // same trip count in every lane (shuffles)
-    const int g = base + tid / PG;
-    const bool live = g < jb.ng;
-    const int e = (live ? g : 0) * 8;  // in the range
-    const int rr = (jb.e_lo + e) / T::kHeadDimV - jb.r_lo;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int st = 0; st < steps; ++st) {
-      float w[kU];
-      uint4 v[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int j = (kU * st + u) * PG + sub;
-        const bool in = j < jb.n;
-        const int jj = in ? j : 0;
-        const float wj = jb.wbuf[jj * jb.span + rr];
-        w[u] = in ? wj : 0.f;
-        v[u] = *reinterpret_cast<const uint4*>(jb.stage + jj * jb.bytes + e * 2);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const uint32_t vw[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 f = unpack_bf16x2(vw[q]);
-          acc[2 * q] += w[u] * f.x;
-          acc[2 * q + 1] += w[u] * f.y;
-        }
-      }
-    }
-    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 26);  // thread 0's parts summed
-#pragma unroll
-    for (int o = 1; o < PG; o <<= 1)
-#pragma unroll
-      for (int q = 0; q < 8; ++q) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
-    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 27);  // and reduced over its group
-    if (live && sub == 0) {
-      const float inv = jb.inv_l[rr];
-      const int qr = jb.row0 + (jb.e_lo + e) / T::kHeadDimV, col = (jb.e_lo + e) % T::kHeadDimV;
-      const int64_t tok = jb.qo_begin + (qr >> p.head_shift);
-      __nv_bfloat16* dst =
-          static_cast<__nv_bfloat16*>(p.o) + tok * p.o_stride_t + int64_t(qr & (p.num_heads - 1)) * p.o_stride_h + col;
-      uint32_t packed[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) packed[q] = pack_bf16x2(acc[2 * q] * inv, acc[2 * q + 1] * inv);
-      if (p.o_vec16) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      } else {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) reinterpret_cast<uint32_t*>(dst)[q] = packed[q];
-      }
-      if (col == 0 && p.lse != nullptr)  // the range holds this row's first element
-        p.lse[tok * p.lse_stride_t + (qr & (p.num_heads - 1))] = jb.lse_row[rr];
-    }
-  }
-}
-
 // The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
 // [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
 // of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
@@ -203,7 +130,8 @@ __device__ __forceinline__ void merge_granules(const VerifyParams& p, const Gran
 // cp.async copies of the 16-byte-aligned run of its LSEs that covers the range's rows (after the
 // ranges), so early parts travel while late ones are still being computed. Then warp w computes
 // the weights of rows r_lo + w, r_lo + w + 8, ... of the range into `wbuf` [n][span] and the
-// rows' 1/l and LSE; then every thread merges 8-element granules (merge_granules). `phase` is bar's parity
+// rows' 1/l and LSE; then every thread merges 8-element granules, PG threads a granule each
+// summing every PG-th part, and the granule's first thread writes o. `phase` is bar's parity
 // for this use (flipped here). All 256 math threads call this the same number of times; `sync`
 // is their barrier.
 template <bool kTrace, class Sync>
@@ -306,16 +234,66 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   mbar_wait(bar, phase);
   phase ^= 1u;
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);  // every part's range landed
-  // Merge: PG threads a granule (pg: the power of two <= 32 that fills the 256 threads, at least
-  // 1; PG: the nearest instantiated size), the code straight-line for that PG (merge_granules).
+  // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
   int pg = 1;
   while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
+  const int sub = tid & (pg - 1);
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 25);  // granule loop entered
-  const GranuleJob job{stage, wbuf, inv_l, lse_row, n, ng, static_cast<int>(bytes), span, e_lo, r_lo, row0, qo_begin};
-  switch (pg) {  // three instantiations: a fourth tips sm_120's 2-stage variant into a spill
-    case 1: merge_granules<1, kTrace>(p, job); break;
-    case 2: merge_granules<2, kTrace>(p, job); break;
-    default: merge_granules<8, kTrace>(p, job); break;  // 4 (two passes), 8, 16 and 32 (more parts a thread)
+  for (int base = 0; base < ng; base += kMath / pg) {  // same trip count in every lane (shuffles)
+    const int g = base + tid / pg;
+    const bool live = g < ng;
+    const int e = (live ? g : 0) * 8;  // in the range
+    const int rr = (e_lo + e) / T::kHeadDimV - r_lo;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    auto add = [&](float w, const uint4& v) {
+      const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = unpack_bf16x2(vw[q]);
+        acc[2 * q] += w * f.x;
+        acc[2 * q + 1] += w * f.y;
+      }
+    };
+    if (live) {
+      // Four parts a step, their shared-memory loads issued together (one latency, not four).
+      int j = sub;
+      for (; j + 3 * pg < n; j += 4 * pg) {
+        float w[4];
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          w[u] = wbuf[(j + u * pg) * span + rr];
+          v[u] = *reinterpret_cast<const uint4*>(stage + (j + u * pg) * bytes + e * 2);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) add(w[u], v[u]);
+      }
+      for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2));
+    }
+    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 26);  // thread 0's parts summed
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1)
+      if (o < pg)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+    if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 27);  // and reduced over its group
+    if (live && sub == 0) {
+      const float inv = inv_l[rr];
+      const int qr = row0 + (e_lo + e) / T::kHeadDimV, col = (e_lo + e) % T::kHeadDimV;
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + int64_t(qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                           int64_t(qr & (p.num_heads - 1)) * p.o_stride_h + col;
+      uint32_t packed[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) packed[q] = pack_bf16x2(acc[2 * q] * inv, acc[2 * q + 1] * inv);
+      if (p.o_vec16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) reinterpret_cast<uint32_t*>(dst)[q] = packed[q];
+      }
+      if (col == 0 && p.lse != nullptr)  // the range holds this row's first element
+        p.lse[int64_t(qo_begin + (qr >> p.head_shift)) * p.lse_stride_t + (qr & (p.num_heads - 1))] = lse_row[rr];
+    }
   }
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 24);  // thread 0's granules written
   if (tid < kMaxFusedParts / 32) seen[tid] = 0;  // for the next segment (read before the sync above)
