@@ -46,7 +46,6 @@ __device__ __forceinline__ void cp_async_small(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -268,8 +267,9 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
   return v;
 }
-__device__ __forceinline__ void red_add_u64(unsigned long long* ptr, unsigned long long v) {
-  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;\n" ::"l"(ptr), "l"(v) : "memory");
+// A CTA of a fused call ends (its thread 0, once): the count above.
+__device__ __forceinline__ void merge_cta_ended(unsigned long long* sync) {
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;\n" ::"l"(sync) : "memory");
 }
 // Publishes a stored partial (tid 0, after the barrier that follows every warp's stores): a
 // gpu-scope release fence, then the part's flag set to `value`.

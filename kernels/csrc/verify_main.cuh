@@ -164,8 +164,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #endif
   if (tid == 0) trace_point<kTrace>(p, cta, 1);
   // Fused merge (verify_common.cuh): CTAs ended in earlier calls, read by thread 0 ahead of
-  // the schedule's loads; used once those have landed.
-  unsigned long long ready = 0;
+  // the schedule's loads and turned into this call's flag value once those have landed. Every
+  // CTA's thread 0 calls merge_cta_ended exactly once, as the CTA leaves.
+  unsigned long long ready = 0;  // (first the count, then the flag value)
   if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) red_add_u64(&p.sync[0], 1);  // this CTA ended
+      if (p.fused && tid == 0) merge_cta_ended(p.sync);
       return;
     }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int b = tid; b < p.batch; b += kThreads) store_tokinfo(p, b == tid ? mine : load_request(p, b), scan[b], q);
     }
     if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) red_add_u64(&p.sync[0], 1);  // this CTA ended
+      if (p.fused && tid == 0) merge_cta_ended(p.sync);
       return;
     }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
@@ -697,7 +698,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (tid == 0) {
       if (num_cuts > 0) trace_point<kTrace>(p, cta, 18);
-      red_add_u64(&p.sync[0], 1);  // this CTA ended
+      merge_cta_ended(p.sync);
     }
   }
   }

@@ -195,7 +195,8 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       }
     }
   }
-  cp_async_wait_all();
+  cp_async_commit();
+  cp_async_wait<0>();
   sync();  // every part's LSEs in shared memory
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 22);  // every part seen stored
   // Weights: row rr of the range, part j at wbuf[j * span + rr]; 1/l and LSE after them.
