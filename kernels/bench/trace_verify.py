@@ -155,6 +155,66 @@ def analyse(traces, num_ctas, crow, clock_ghz):
     return out
 
 
+# Per-CTA spread (--ctas): these points' globaltimer offsets from the grid's first "inputs
+# visible", for every active CTA, with the SM it ran on (trace slot SMID_SLOT).
+CTA_POINTS = (("q_landed", 6), ("kv1_landed", 7), ("last_pv", 8), ("published", 16))
+SMID_SLOT = 28
+
+
+def cta_spread(per_rep, num_ctas):
+    """Across CTAs: quantiles of each point (median over samples), and whether a CTA's
+    lateness follows its SM (per-SM mean lateness in odd vs even samples, Pearson r)."""
+    quant = {n: [] for n, _ in CTA_POINTS}
+    late = {n: {} for n, _ in CTA_POINTS}  # point -> sm -> [(sample, lateness)]
+    sample = 0
+    for traces in per_rep:
+        for tr in traces[1:]:  # layer 0: no predecessor
+            half = tr.shape[1] // 2
+            g = tr[:num_ctas, :half]
+            active = [i for i in range(num_ctas) if g[i, 2] != 0]
+            start = min(int(g[i, 1]) for i in range(num_ctas))
+            for name, k in CTA_POINTS:
+                vals = [
+                    ((int(g[i, k]) - start) / 1e3, int(g[i, SMID_SLOT])) for i in active if g[i, k]
+                ]
+                if not vals:
+                    continue
+                xs = sorted(v for v, _ in vals)
+                q = lambda f, xs=xs: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
+                quant[name].append((xs[0], q(0.1), q(0.5), q(0.9), xs[-1]))
+                med = q(0.5)
+                for v, sm in vals:
+                    late[name].setdefault(sm, []).append((sample, v - med))
+            sample += 1
+    out = {}
+    for name, _ in CTA_POINTS:
+        if not quant[name]:
+            continue
+        cols = list(zip(*quant[name]))
+        qs = [statistics.median(c) for c in cols]
+        a, b, top = [], [], []
+        for sm, xs in late[name].items():
+            ev = [v for s, v in xs if s % 2 == 0]
+            od = [v for s, v in xs if s % 2 == 1]
+            if ev and od:
+                a.append(statistics.fmean(ev))
+                b.append(statistics.fmean(od))
+                top.append((statistics.fmean(v for _, v in xs), sm))
+        r = float("nan")
+        if len(a) > 2 and statistics.pstdev(a) > 0 and statistics.pstdev(b) > 0:
+            ma, mb = statistics.fmean(a), statistics.fmean(b)
+            cov = statistics.fmean((x - ma) * (y - mb) for x, y in zip(a, b))
+            r = cov / (statistics.pstdev(a) * statistics.pstdev(b))
+        top.sort(reverse=True)
+        out[name] = {
+            "min_p10_p50_p90_max": [round(x, 2) for x in qs],
+            "sm_persistence_r": round(r, 3),
+            "latest_sms": [(sm, round(v, 2)) for v, sm in top[:8]],
+            "earliest_sms": [(sm, round(v, 2)) for v, sm in top[-4:]],
+        }
+    return out
+
+
 def clock_rate_ghz(traces, num_ctas) -> float:
     """SM cycles per ns from CTA spans (entry -> last store) stamped with both clocks."""
     cyc = ns = 0
@@ -177,6 +237,8 @@ def main():
     ap.add_argument(
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
+    ap.add_argument("--diag", type=int, default=0, help="experiment bits (csrc/params.h diag)")
+    ap.add_argument("--ctas", action="store_true", help="per-CTA spread and its SMs (cta_spread)")
 
     args = ap.parse_args()
     ext = api.load()
@@ -192,6 +254,7 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
+            ws.diag = args.diag
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)
@@ -223,6 +286,8 @@ def main():
             case=f"B{b} H{h} D{d} {prefix}", layers=n, sm_clock_ghz=ghz,
             active_ctas=samples[0]["active_ctas"], blocks_cta0=samples[0]["blocks_cta0"],
         )  # fmt: skip
+        if args.ctas:
+            med["ctas"] = cta_spread(per_rep, wss[0].num_ctas)
         results.append(med)
         print(json.dumps(med), flush=True)
         del g, case, wss, bufs, per_rep
@@ -243,6 +308,13 @@ def main():
             f"| {m['case']} | {m['last_cta_start']:.2f} | {m['blocks_cta0']}/{m['blocks_last']} | "
             f"{m['comb_cta_median']:.2f} |"
         )
+    for m in results:
+        for name, s in m.get("ctas", {}).items():
+            print(
+                f"{m['case']} {name}: CTAs min/p10/p50/p90/max {s['min_p10_p50_p90_max']}, "
+                f"SM persistence r={s['sm_persistence_r']}, latest SMs {s['latest_sms']}, "
+                f"earliest {s['earliest_sms']}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

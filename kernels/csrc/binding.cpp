@@ -104,6 +104,7 @@ struct WorkspaceHandle {
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
   bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
   int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
+  int64_t diag = 0;                   // experiment bits (params.h VerifyParams::diag)
   Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
   Err error;                          // why the tensors are unusable; empty when they are fine
   at::Device device{at::kCPU};
@@ -262,6 +263,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
+  p.diag = static_cast<int>(ws.diag);
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);
@@ -300,6 +302,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_blocks_per_cta", &WorkspaceHandle::min_blocks_per_cta)
       .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
       .def_readwrite("force_variant", &WorkspaceHandle::force_variant)
+      .def_readwrite("diag", &WorkspaceHandle::diag)
       .def_readwrite("split_combine", &WorkspaceHandle::split_combine)
       .def_property_readonly("fused",
                              [](const WorkspaceHandle& w) {

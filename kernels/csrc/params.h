@@ -58,6 +58,9 @@ struct VerifyParams {
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
   int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)
+  int diag;                // experiment bits (benchmarks only; 0 in production): 1 a CTA's KV
+                           // blocks after its first wait until that one landed, 2 its KV copies
+                           // wait until its first Q tile landed
   // Diagnostic trace variants only (traits.h kTraceSlots): per-CTA timestamps, else unused.
   unsigned long long* trace;
 };

@@ -82,6 +82,7 @@ constexpr int kModeTrace = 8;
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.
 constexpr int kTraceSlots = 64;
+constexpr int kTraceSmidSlot = 28;  // the SM a row's CTA ran on (globaltimer half, not a time)
 constexpr int kTraceCombineRow = 1024;
 constexpr int kTraceCombineCtas = 256;
 constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;

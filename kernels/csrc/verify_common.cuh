@@ -339,8 +339,11 @@ template <bool kOn>
 __device__ __forceinline__ void trace_begin(const VerifyParams& p, int row) {
   if constexpr (kOn) {
     for (int k = 1; k < kTraceSlots; ++k)
-      if (k != kTraceSlots / 2) p.trace[row * kTraceSlots + k] = 0ull;
+      if (k != kTraceSlots / 2 && k != kTraceSmidSlot) p.trace[row * kTraceSlots + k] = 0ull;
     trace_point<true>(p, row, 0);
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    p.trace[row * kTraceSlots + kTraceSmidSlot] = smid;
   }
 }
 

@@ -256,6 +256,7 @@ class VerifyWorkspace:
             "launch_parts": 3,
             "force_variant": 0,
             "split_combine": 0,
+            "diag": 0,
         }
         self._trace = None
         self._handle = None
@@ -292,6 +293,7 @@ class VerifyWorkspace:
     launch_parts = _launch_option("launch_parts")
     force_variant = _launch_option("force_variant")
     split_combine = _launch_option("split_combine")
+    diag = _launch_option("diag")  # experiment bits (benchmarks only), csrc/params.h
 
     @property
     def fused(self) -> bool:
