@@ -237,7 +237,9 @@ def main():
     ap.add_argument(
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
-    ap.add_argument("--diag", type=int, default=0, help="experiment bits (csrc/params.h diag)")
+    ap.add_argument(
+        "--pool-pct", type=int, default=None, help="VerifyWorkspace.pool_pct (default: its default)"
+    )
     ap.add_argument("--ctas", action="store_true", help="per-CTA spread and its SMs (cta_spread)")
 
     args = ap.parse_args()
@@ -254,7 +256,8 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
-            ws.diag = args.diag
+            if args.pool_pct is not None:
+                ws.pool_pct = args.pool_pct
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Experiment batch: build once (optionally run the GPU tests), then benchmark the kernel under
+# each value of one bench option in alternating passes (v0, v1, ..., v0, v1, ...: the spread
+# between a value's passes is the noise), then trace each value with the per-CTA spread
+# (bench/trace_verify.py --ctas). Everything lands in $OUT/ab.tgz, refreshed after each step.
+# Usage (repo root on the device machine):
+#   OPTION=--pool-pct VALUES="0 20" CASES=2,3,4,5 TRACE_CASES=2,3,4 [TESTS=1] \
+#     bash kernels/scripts/device_ab_option.sh
+set -u -o pipefail
+FINAL=${OUT:-$PWD/_device_out}
+WORK=/tmp/kdtree_ab
+rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL"
+export OUT=$WORK PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
+pack() { tar czf "$FINAL/ab.tgz" -C "$WORK" . 2>/dev/null; }
+cd "$(dirname "$0")/.."
+OPTION=${OPTION:---pool-pct}
+VALUES=${VALUES:-0 20}
+t0=$(date +%s)
+timeout 420 env MAX_JOBS=16 python3 setup.py build_ext --inplace > "$WORK/build.log" 2>&1
+rc=$?; echo "build rc=$rc in $(( $(date +%s) - t0 )) s"
+[ $rc -eq 0 ] || { tail -40 "$WORK/build.log"; pack; exit 1; }
+if [ -n "${TESTS:-}" ]; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py > "$WORK/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$? at $(( $(date +%s) - t0 )) s: $(tail -1 "$WORK/gpu_tests.log")"
+  grep -E "^(FAILED|ERROR)" "$WORK/gpu_tests.log" | head -10
+  pack
+fi
+for pass in 1 2; do
+  for v in $VALUES; do
+    timeout 200 python3 bench/bench_verify.py --json "$WORK/bench_v${v}_p$pass.json" --no-triton --no-sweep \
+      --reps 30 --cases "${CASES:-2,3,4,5}" $OPTION "$v" > "$WORK/bench_v${v}_p$pass.log" 2>&1
+    echo "bench $OPTION $v pass $pass rc=$? at $(( $(date +%s) - t0 )) s"
+    pack
+  done
+done
+python3 - "$WORK" $VALUES <<'PY'
+import json, sys
+work, values = sys.argv[1], sys.argv[2:]
+rows = {}
+for v in values:
+    for p in (1, 2):
+        try:
+            res = json.load(open(f"{work}/bench_v{v}_p{p}.json"))
+        except OSError:
+            continue
+        for c in res["cases"]:
+            key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
+            rows.setdefault(key, {}).setdefault(v, []).append(round(c["ours_graph_us"], 2))
+print("graph us per call, passes 1 / 2, by value:", " ".join(values))
+for key, by in rows.items():
+    print(key, " | ".join(f"{v}: {' / '.join(map(str, by.get(v, [])))}" for v in values))
+PY
+for v in $VALUES; do
+  timeout 150 python3 bench/trace_verify.py --json "$WORK/trace_v$v.json" --ctas $OPTION "$v" \
+    --cases "${TRACE_CASES:-2,3,4}" > "$WORK/trace_v$v.log" 2>&1
+  echo "trace $OPTION $v rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace_v$v.log" | tail -14
+  pack
+done
+echo "done at $(( $(date +%s) - t0 )) s"
