@@ -50,6 +50,7 @@ print("graph us per call, passes 1 / 2, by value:", " ".join(values))
 for key, by in rows.items():
     print(key, " | ".join(f"{v}: {' / '.join(map(str, by.get(v, [])))}" for v in values))
 PY
+[ -n "${NO_TRACE:-}" ] && VALUES=""  # (NO_TRACE=1: benchmarks only)
 for v in $VALUES; do
   timeout 150 python3 bench/trace_verify.py --json "$WORK/trace_v$v.json" --ctas $OPTION "$v" \
     --cases "${TRACE_CASES:-2,3,4}" > "$WORK/trace_v$v.log" 2>&1
