@@ -359,42 +359,50 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     } while (w.next(p));
     if constexpr (kBalance) {
       if (pool_n > 0) {
-        // Balancing: claim pool blocks one at a time (load warp 0's lane 0, with the next
-        // claim in flight) until the pool is empty, then post "no more" in the next stage. The
-        // call's only request is w.req; pool blocks are whole prefix blocks.
+        // Balancing: claim pool blocks one at a time (load warp 0's lane 0) until the pool is
+        // empty, then post "no more" in the next stage. Pipelined: while a block's stage is
+        // awaited, the next block's claim and then its pool indices are in flight. The call's
+        // only request is w.req; pool blocks are whole prefix blocks.
         const Request& req = w.req;
         const bool claimer = lw == 0 && lane == 0;
         // This call's counter: the call's number from the count of ended CTAs (as thread 0's).
         unsigned long long* counter =
             claimer ? p.sync + pool_counter_slot(p.num_ctas, ld_relaxed_u64(&p.sync[0]) / static_cast<unsigned>(p.num_ctas))
                     : nullptr;
-        unsigned long long next = claimer ? atomicAdd(counter, 1ull) : 0ull;
-        for (int i = 0;; ++i) {
-          if (claimer) pool_claim[i & 1] = static_cast<int>(min(next, 1ull << 30));
+        auto claim = [&](int slot, unsigned long long c) {  // share claim c through pool_claim[slot]
+          if (claimer) pool_claim[slot] = static_cast<int>(min(c, 1ull << 30));
           load_warps_sync<kLoaders>();  // (a slot is rewritten two claims later, past the next sync)
-          const int blk = pool_claim[i & 1];
+          return pool_claim[slot];
+        };
+        auto pool_index = [&](int blk) {  // this lane's row of pool block blk
+          return blk < pool_n ? load_index(p.kv_indices, req.kv_begin + blk * T::kBlockN + row, idx64) : 0;
+        };
+        int blk = claim(0, claimer ? atomicAdd(counter, 1ull) : 0ull);
+        int64_t idx = pool_index(blk);
+        unsigned long long next = claimer && blk < pool_n ? atomicAdd(counter, 1ull) : 0ull;
+        for (int i = 1;; ++i) {
           const int stage = elem % kStages;
           const uint32_t full = smem_u32(&full_bar[stage]);
+          mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
+          ++elem;
           if (blk >= pool_n) {
             if (claimer) {
-              mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
               stage_blk[stage] = -1;
               mbar_arrive(full);
             }
-            ++elem;
             break;
           }
-          if (claimer) next = atomicAdd(counter, 1ull);
-          const __nv_bfloat16* src =
-              kbuf + load_index(p.kv_indices, req.kv_begin + blk * T::kBlockN + row, idx64) * p.k_buf_stride;
-          mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
           if (claimer) {
             stage_blk[stage] = blk;
             mbar_expect_tx(full, T::kBlockN * kRowBytes);
           }
           __syncwarp();
-          if (active) bulk_copy_g2s(kv_base + stage * T::kStageBytes + row * T::kKvRowBytes, src, kRowBytes, full);
-          ++elem;
+          if (active)
+            bulk_copy_g2s(kv_base + stage * T::kStageBytes + row * T::kKvRowBytes, kbuf + idx * p.k_buf_stride,
+                          kRowBytes, full);
+          blk = claim(i & 1, next);
+          idx = pool_index(blk);
+          if (claimer && blk < pool_n) next = atomicAdd(counter, 1ull);
         }
       }
     }

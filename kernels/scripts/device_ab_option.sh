@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Experiment batch: build once (optionally run the GPU tests), then benchmark the kernel under
-# each value of one bench option in alternating passes (v0, v1, ..., v0, v1, ...: the spread
-# between a value's passes is the noise), then trace each value with the per-CTA spread
+# each value of one bench option in two passes, the second in reverse order (v0 v1 v2, then
+# v2 v1 v0: the spread between a value's passes is the noise), then trace each value with the per-CTA spread
 # (bench/trace_verify.py --ctas). Everything lands in $OUT/ab.tgz, refreshed after each step.
 # Usage (repo root on the device machine):
 #   OPTION=--pool-pct VALUES="0 20" CASES=2,3,4,5 TRACE_CASES=2,3,4 [TESTS=1] \
@@ -25,8 +25,10 @@ if [ -n "${TESTS:-}" ]; then
   grep -E "^(FAILED|ERROR)" "$WORK/gpu_tests.log" | head -10
   pack
 fi
+rev() { local out=""; for x in "$@"; do out="$x $out"; done; echo $out; }
 for pass in 1 2; do
-  for v in $VALUES; do
+  order=$VALUES; [ $pass = 2 ] && order=$(rev $VALUES)  # A B C, then C B A: no value always first
+  for v in $order; do
     timeout 200 python3 bench/bench_verify.py --json "$WORK/bench_v${v}_p$pass.json" --no-triton --no-sweep \
       --reps 30 --cases "${CASES:-2,3,4,5}" $OPTION "$v" > "$WORK/bench_v${v}_p$pass.log" 2>&1
     echo "bench $OPTION $v pass $pass rc=$? at $(( $(date +%s) - t0 )) s"

@@ -363,7 +363,9 @@ def test_pool_pct_is_checked():
 
 def test_graph_replay_balanced_single_request():
     """A captured B = 1 call with balancing, replayed with new lengths and indices: matches
-    eager and the reference (the pool's size and the counters change inside the graph)."""
+    eager and the reference (the pool's size and the counters change inside the graph). Which
+    CTA takes which pool block varies from call to call, so the summation order does too:
+    replay and eager agree to rounding, not bit for bit."""
     H, D = 8, 4
     pool = 130_000
     first = make_inputs([91000], [D], H, device="cuda", seed=fresh_seed(), spare_slots=pool - 91000)
@@ -408,7 +410,7 @@ def test_graph_replay_balanced_single_request():
         o.fill_(float("nan"))
         call()
         torch.cuda.synchronize()
-        assert torch.equal(o_graph, o), f"replay {prefix}: differs from eager"
+        assert rel_err(o_graph, o.double()) < 2e-3, f"replay {prefix}: differs from eager"
         o_ref, _ = verify_attention_ref(
             first.q, first.k_extend, first.v_extend, first.k_buffer, first.v_buffer,
             qo, kv, kv_indices, custom_mask, mind, first.sm_scale,
