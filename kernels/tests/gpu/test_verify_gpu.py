@@ -403,6 +403,12 @@ def test_graph_replay_balanced_single_request():
         kv_indices[:prefix] = perm.cuda()
         custom_mask.zero_()
         custom_mask[: mask.numel()] = mask.cuda()
+        k_buf = first.k_buffer  # rows in use finite, the rest poisoned
+        unused = torch.ones(pool, dtype=torch.bool)
+        unused[perm.long()] = False
+        k_buf[unused.nonzero().flatten().cuda()] = float("nan")
+        used = perm.long().cuda()
+        k_buf[used] = torch.randn(used.numel(), 1, 576, device="cuda").to(torch.bfloat16)
         o.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
