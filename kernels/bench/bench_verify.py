@@ -262,9 +262,6 @@ def main():
         default=0,
         help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
     )
-    ap.add_argument(
-        "--pool-pct", type=int, default=None, help="VerifyWorkspace.pool_pct (default: its default)"
-    )
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -282,7 +279,6 @@ def main():
         args.force_variant or _C.variant_for_device(torch.cuda.current_device())
     ]
     res["forced_variant"] = args.force_variant
-    res["pool_pct"] = args.pool_pct  # None: the workspace's default
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -311,8 +307,6 @@ def main():
             continue
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         case.ws.force_variant = args.force_variant
-        if args.pool_pct is not None:
-            case.ws.pool_pct = args.pool_pct
         floor_us = case.kv_bytes / bw * 1e6
         row = {
             "B": b,

@@ -237,9 +237,6 @@ def main():
     ap.add_argument(
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
-    ap.add_argument(
-        "--pool-pct", type=int, default=None, help="VerifyWorkspace.pool_pct (default: its default)"
-    )
     ap.add_argument("--ctas", action="store_true", help="per-CTA spread and its SMs (cta_spread)")
 
     args = ap.parse_args()
@@ -256,8 +253,6 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
-            if args.pool_pct is not None:
-                ws.pool_pct = args.pool_pct
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)

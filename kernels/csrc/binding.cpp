@@ -104,7 +104,6 @@ struct WorkspaceHandle {
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
   bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
   int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
-  int64_t pool_pct = 0;               // balancing (params.h VerifyParams::pool_pct), 0..90
   Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
   Err error;                          // why the tensors are unusable; empty when they are fine
   at::Device device{at::kCPU};
@@ -134,8 +133,8 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 &&
                      reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
                  "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
-  KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() && w.sync.numel() >= 3 + 2 * w.num_ctas,
-                 "workspace.sync: must be contiguous int64 [3 + 2*num_ctas] (zeros when allocated)");
+  KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() && w.sync.numel() >= 1 + 2 * w.num_ctas,
+                 "workspace.sync: must be contiguous int64 [1 + 2*num_ctas] (zeros when allocated)");
   return {};
 }
 
@@ -263,7 +262,6 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
-  p.pool_pct = static_cast<int>(ws.pool_pct);
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);
@@ -302,7 +300,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("min_blocks_per_cta", &WorkspaceHandle::min_blocks_per_cta)
       .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
       .def_readwrite("force_variant", &WorkspaceHandle::force_variant)
-      .def_readwrite("pool_pct", &WorkspaceHandle::pool_pct)
       .def_readwrite("split_combine", &WorkspaceHandle::split_combine)
       .def_property_readonly("fused",
                              [](const WorkspaceHandle& w) {

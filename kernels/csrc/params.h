@@ -50,16 +50,14 @@ struct VerifyParams {
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
   int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
-  unsigned long long* sync;  // [3 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
-                             // ended, one flag per partial slot, two pool counters (verify_common.cuh)
+  unsigned long long* sync;  // [1 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
+                             // ended, one flag per partial slot (verify_common.cuh)
   int num_ctas;     // grid of the main kernel
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
                     // cooperative launch) and no combine kernel runs; 0: the combine kernel does
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
   int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)
-  int pool_pct;            // balancing: % of a one-segment call's KV blocks CTAs claim at run time
-                           // (verify_common.cuh pool_schedule); 0: all split statically
   // Diagnostic trace variants only (traits.h kTraceSlots): per-CTA timestamps, else unused.
   unsigned long long* trace;
 };

@@ -233,32 +233,6 @@ __device__ __forceinline__ Schedule warp_schedule(const VerifyParams& p, Request
   return s;
 }
 
-// Balancing (VerifyParams::pool_pct) of a fused call with one segment (B = 1, one M-tile) of
-// at least 2 blocks a CTA. The first pool_n blocks (about pool_pct% of them, all whole prefix
-// blocks) form a pool; the rest are split statically, one unit of q blocks a CTA. While its
-// CTA runs, a CTA's load warps claim pool blocks one at a time from a counter after their own
-// unit, so CTAs on faster SMs take more of them (a CTA's lateness follows its SM, measured).
-// Every CTA still leaves one partial, merged as before. Rewrites *s for that split and returns
-// pool_n, else leaves *s and returns 0. (Warp-uniform; lane 0 holds the request.)
-__device__ __forceinline__ int pool_schedule(const VerifyParams& p, const Request& mine, Schedule* s) {
-  if (p.pool_pct <= 0 || !p.fused || p.batch != 1) return 0;
-  const int nblk = __shfl_sync(0xffffffffu, mine.nblk, 0), mtiles = __shfl_sync(0xffffffffu, mine.mtiles, 0);
-  const int prefix = __shfl_sync(0xffffffffu, mine.prefix, 0);
-  if (mtiles != 1 || nblk < 2 * p.num_ctas) return 0;
-  const int q = max(1, (nblk - nblk * p.pool_pct / 100) / p.num_ctas);
-  const int pool_n = nblk - q * p.num_ctas;
-  if (pool_n <= 0 || pool_n > prefix / T::kBlockN) return 0;
-  s->blocks_per_unit = q;
-  s->units_per_cta = 1;
-  s->total_units = p.num_ctas;
-  return pool_n;
-}
-// The pool counter of call number `call` in the workspace's `sync` (after the flags): calls
-// alternate between two, and each call zeroes the next call's (verify_main.cuh).
-__device__ __forceinline__ int pool_counter_slot(int num_ctas, unsigned long long call) {
-  return 1 + 2 * num_ctas + static_cast<int>(call & 1);
-}
-
 // The combine kernel's table row of request r (first unit `first_unit`), one per draft token:
 // {qo_begin, first unit, units per segment, 0}.
 __device__ __forceinline__ void store_tokinfo(const VerifyParams& p, const Request& r, int first_unit, int q) {

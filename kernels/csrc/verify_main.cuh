@@ -40,10 +40,6 @@
 namespace kdtree_mla {
 namespace detail {
 
-template <int kLoaders>
-__device__ __forceinline__ void load_warps_sync() {  // the load warps alone (named barrier 2)
-  asm volatile("bar.sync 2, %0;\n" ::"n"(kLoaders * 32) : "memory");
-}
 __device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(T::kMathThreads) : "memory"); }
 __device__ __forceinline__ bool math_sync_or(bool x) {
   uint32_t r;
@@ -59,14 +55,13 @@ __device__ __forceinline__ bool math_sync_or(bool x) {
 struct PieceWalk {
   Request req;
   int b, mt, seg_units, unit_lo, seg_start, range_hi, q;
-  int blk0;  // the segment's first statically split block (balancing: after the pool's)
   // Geometry of the current piece.
   int nb, row0, tok_lo, tok_hi, unit_hi;
 
   __device__ __forceinline__ void describe() {
     unit_hi = min(seg_units, range_hi - seg_start);
-    const int blk_lo = blk0 + unit_lo * q;
-    const int blk_hi = min(blk0 + unit_hi * q, req.nblk);
+    const int blk_lo = unit_lo * q;
+    const int blk_hi = min(unit_hi * q, req.nblk);
     nb = blk_hi - blk_lo;
     row0 = mt * T::kBlockM;
     tok_lo = blk_lo * T::kBlockN;
@@ -84,7 +79,6 @@ struct PieceWalk {
         req = load_request(p, b);
       } while (req.nblk == 0);
       seg_units = (req.nblk + q - 1) / q;
-      blk0 = 0;
     }
     describe();
     return true;
@@ -109,10 +103,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
-  // Run-time balancing (p.pool_pct, a call of one segment): not in the overlapped loop, the
-  // loads-only / math-only diagnostics or the traced variants (whose registers it would tip
-  // into a spill on sm_90).
-  constexpr bool kBalance = !kPipe && kMath && kCopy && !kTrace;
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -149,11 +139,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
-  // Balancing: each stage's pool block (-1: no more), the blocks load warp 0 claimed (for the
-  // other load warps), and the pool's size for the math warps (kept out of their registers).
-  __shared__ int stage_blk[kStages];
-  __shared__ int pool_claim[2];
-  __shared__ int math_pool;
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -190,13 +175,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   Schedule sch;
   Request sreq;
   int sb, sunit;
-  int pool_n = 0;  // balancing: blocks [0, pool_n) are claimed at run time (0: none)
   if (p.batch <= 32) {
     // Each warp alone, no CTA-wide barrier.
     Request mine;
     int excl;
     sch = warp_schedule(p, &mine, &excl);
-    if constexpr (kBalance) pool_n = pool_schedule(p, mine, &sch);
     if (tid == 0) trace_point<kTrace>(p, cta, 12);
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
@@ -261,8 +244,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   if (p.fused && tid == 0) {  // the flag value of this call's partials
     ready = ready / static_cast<unsigned>(p.num_ctas) + 1;
     merge_ready = ready;
-    // The next call's pool counter (this call's is the other one): zero before it starts.
-    if (cta == 0) p.sync[pool_counter_slot(p.num_ctas, ready)] = 0;
   }
   const int range_lo = cta * sch.units_per_cta;
   const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
@@ -273,9 +254,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   w.q = q;
   w.range_hi = range_hi;
   w.req = sreq;
-  // (Balancing: one unit a CTA, after the pool's blocks.)
-  w.blk0 = pool_n;
-  w.seg_units = pool_n > 0 ? p.num_ctas : (w.req.nblk + q - 1) / q;
+  w.seg_units = (w.req.nblk + q - 1) / q;
   {
     const int off = range_lo - sunit;
     w.mt = off / w.seg_units;
@@ -357,55 +336,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
       cp_async_wait<0>();
     } while (w.next(p));
-    if constexpr (kBalance) {
-      if (pool_n > 0) {
-        // Balancing: claim pool blocks one at a time (load warp 0's lane 0) until the pool is
-        // empty, then post "no more" in the next stage. Pipelined: while a block's stage is
-        // awaited, the next block's claim and then its pool indices are in flight. The call's
-        // only request is w.req; pool blocks are whole prefix blocks.
-        const Request& req = w.req;
-        const bool claimer = lw == 0 && lane == 0;
-        // This call's counter: the call's number from the count of ended CTAs (as thread 0's).
-        unsigned long long* counter =
-            claimer ? p.sync + pool_counter_slot(p.num_ctas, ld_relaxed_u64(&p.sync[0]) / static_cast<unsigned>(p.num_ctas))
-                    : nullptr;
-        auto claim = [&](int slot, unsigned long long c) {  // share claim c through pool_claim[slot]
-          if (claimer) pool_claim[slot] = static_cast<int>(min(c, 1ull << 30));
-          load_warps_sync<kLoaders>();  // (a slot is rewritten two claims later, past the next sync)
-          return pool_claim[slot];
-        };
-        auto pool_index = [&](int blk) {  // this lane's row of pool block blk
-          return blk < pool_n ? load_index(p.kv_indices, req.kv_begin + blk * T::kBlockN + row, idx64) : 0;
-        };
-        int blk = claim(0, claimer ? atomicAdd(counter, 1ull) : 0ull);
-        int64_t idx = pool_index(blk);
-        unsigned long long next = claimer && blk < pool_n ? atomicAdd(counter, 1ull) : 0ull;
-        for (int i = 1;; ++i) {
-          const int stage = elem % kStages;
-          const uint32_t full = smem_u32(&full_bar[stage]);
-          mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
-          ++elem;
-          if (blk >= pool_n) {
-            if (claimer) {
-              stage_blk[stage] = -1;
-              mbar_arrive(full);
-            }
-            break;
-          }
-          if (claimer) {
-            stage_blk[stage] = blk;
-            mbar_expect_tx(full, T::kBlockN * kRowBytes);
-          }
-          __syncwarp();
-          if (active)
-            bulk_copy_g2s(kv_base + stage * T::kStageBytes + row * T::kKvRowBytes, kbuf + idx * p.k_buf_stride,
-                          kRowBytes, full);
-          blk = claim(i & 1, next);
-          idx = pool_index(blk);
-          if (claimer && blk < pool_n) next = atomicAdd(counter, 1ull);
-        }
-      }
-    }
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);
     return;
   }
@@ -430,7 +360,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   if (tid == 0) trace_point<kTrace>(p, cta, 3);
   if (tid == 0) {
     math_walk = w;
-    math_pool = pool_n;
     num_cuts = 0;
   }
   math_sync();
@@ -630,34 +559,13 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         release(base + i);
       }
     } else if constexpr (!kPipe) {
-      // The piece's nb blocks; then (balancing) the pool blocks the load warps claimed, whole
-      // prefix blocks (so their softmax takes the unmasked path: block -1), until a stage says
-      // "no more".
-      // The piece's nb blocks; after the last (balancing) the pool blocks the load warps
-      // claimed, until a stage says "no more".
-      int i = 0;
-      for (; i < nb; ++i) {
+      for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
         softmax(i, red_s);  // its barrier: P complete
         pv(i);
-        if (kBalance && i + 1 == nb && math_pool > 0) {
-          for (;;) {
-            ++i;
-            wait_full(base + i);
-            if (stage_blk[(base + i) % kStages] < 0) break;
-            compute_s(i, red_s);
-            math_sync();
-            softmax(-1, red_s);  // (pool blocks are whole prefix blocks: unmasked)
-            pv(i);
-            if (kTrace) ++traced_blocks;
-          }
-          release(base + i);
-          elem = base + i + 1;
-          break;
-        }
       }
     } else {
       wait_full(base);

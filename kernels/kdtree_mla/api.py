@@ -240,10 +240,9 @@ class VerifyWorkspace:
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
         # Fused merge handshakes: CTAs ended over all fused calls (num_ctas a call, so the
         # call's number is known to every CTA), one flag per partial slot (the number of the
-        # call that stored it, + 1), and two counters of claimed pool blocks (``pool_pct``; odd
-        # and even calls); zeros here, the kernel keeps them consistent itself
+        # call that stored it, + 1); zeros here, the kernel keeps them consistent itself
         # (csrc/verify_common.cuh).
-        self.sync = torch.zeros((3 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
+        self.sync = torch.zeros((1 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.
@@ -252,16 +251,11 @@ class VerifyWorkspace:
         #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
         #   split_combine (benchmarks, tests): 1 = merge cut segments in the combine kernel even
         #     where the main kernel can merge them itself (see ``fused``).
-        #   pool_pct: balancing for a fused call of one request and one 32-row tile (B = 1,
-        #     D * H <= 32) with at least 2 KV blocks a CTA: this % of its KV blocks is not split
-        #     up front but claimed a block at a time by whichever CTA gets there first (CTAs on
-        #     slower SMs take fewer); 0 = every block split evenly up front. 0..90.
         self._options = {
             "min_blocks_per_cta": 1,
             "launch_parts": 3,
             "force_variant": 0,
             "split_combine": 0,
-            "pool_pct": 0,
         }
         self._trace = None
         self._handle = None
@@ -290,10 +284,6 @@ class VerifyWorkspace:
             self._handle.trace = buf
 
     def _set_option(self, name: str, value: int) -> None:
-        if name == "pool_pct" and not 0 <= int(value) <= 90:
-            raise ValueError(
-                f"pool_pct: must be 0..90 (a percentage of the KV blocks), got {value}"
-            )
         self._options[name] = int(value)
         if self._handle is not None:
             setattr(self._handle, name, int(value))
@@ -302,7 +292,6 @@ class VerifyWorkspace:
     launch_parts = _launch_option("launch_parts")
     force_variant = _launch_option("force_variant")
     split_combine = _launch_option("split_combine")
-    pool_pct = _launch_option("pool_pct")
 
     @property
     def fused(self) -> bool:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Experiment batch: build once (optionally run the GPU tests), then benchmark the kernel under
 # each value of one bench option in two passes, the second in reverse order (v0 v1 v2, then
-# v2 v1 v0: the spread between a value's passes is the noise), then trace each value with the per-CTA spread
+# v2 v1 v0: the spread between a value's passes is the noise), then trace the default with the per-CTA spread
 # (bench/trace_verify.py --ctas). Everything lands in $OUT/ab.tgz, refreshed after each step.
 # Usage (repo root on the device machine):
-#   OPTION=--pool-pct VALUES="0 20" CASES=2,3,4,5 TRACE_CASES=2,3,4 [TESTS=1] \
+#   OPTION=--force-variant VALUES="11 9" CASES=2,3,4,5 TRACE_CASES=2,3,4 [TESTS=1] [NO_TRACE=1] \
 #     bash kernels/scripts/device_ab_option.sh
+# (OPTION: a flag both bench_verify.py and trace_verify.py take with a value. Session 6 used it
+# for a `--pool-pct` option of a balancing experiment since removed: docs/kernel-benchmarks.md.)
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_ab
@@ -13,8 +15,8 @@ rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL"
 export OUT=$WORK PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
 pack() { tar czf "$FINAL/ab.tgz" -C "$WORK" . 2>/dev/null; }
 cd "$(dirname "$0")/.."
-OPTION=${OPTION:---pool-pct}
-VALUES=${VALUES:-0 20}
+OPTION=${OPTION:?set OPTION, e.g. --force-variant}
+VALUES=${VALUES:?set VALUES, e.g. "11 9"}
 t0=$(date +%s)
 timeout 420 env MAX_JOBS=16 python3 setup.py build_ext --inplace > "$WORK/build.log" 2>&1
 rc=$?; echo "build rc=$rc in $(( $(date +%s) - t0 )) s"
@@ -52,11 +54,10 @@ print("graph us per call, passes 1 / 2, by value:", " ".join(values))
 for key, by in rows.items():
     print(key, " | ".join(f"{v}: {' / '.join(map(str, by.get(v, [])))}" for v in values))
 PY
-[ -n "${NO_TRACE:-}" ] && VALUES=""  # (NO_TRACE=1: benchmarks only)
-for v in $VALUES; do
-  timeout 150 python3 bench/trace_verify.py --json "$WORK/trace_v$v.json" --ctas $OPTION "$v" \
-    --cases "${TRACE_CASES:-2,3,4}" > "$WORK/trace_v$v.log" 2>&1
-  echo "trace $OPTION $v rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace_v$v.log" | tail -14
+if [ -z "${NO_TRACE:-}" ]; then  # the default tree's per-CTA spread (the option is not passed)
+  timeout 150 python3 bench/trace_verify.py --json "$WORK/trace.json" --ctas --cases "${TRACE_CASES:-2,3,4}" \
+    > "$WORK/trace.log" 2>&1
+  echo "trace rc=$? at $(( $(date +%s) - t0 )) s"; grep -v '^{' "$WORK/trace.log" | tail -14
   pack
-done
+fi
 echo "done at $(( $(date +%s) - t0 )) s"

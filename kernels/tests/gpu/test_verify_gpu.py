@@ -253,14 +253,11 @@ def sm_count() -> int:
 def assert_merge_state(ws, calls: int) -> None:
     """After `calls` fused calls on a fresh workspace: every CTA of every call counted as ended
     (num_ctas a call), every partial slot's flag from one of those calls (0..calls), and the
-    next call's pool counter zero (each call zeroes it; the two counters alternate)."""
+    last call's flags among them."""
     sync = ws.sync.cpu()
-    nc = ws.num_ctas
-    assert sync.numel() == 3 + 2 * nc
-    assert int(sync[0]) == calls * nc, f"{int(sync[0])} CTA ends after {calls} calls"
-    flags = sync[1 : 1 + 2 * nc]
+    assert int(sync[0]) == calls * ws.num_ctas, f"{int(sync[0])} CTA ends after {calls} calls"
+    flags = sync[1:]
     assert int(flags.min()) >= 0 and int(flags.max()) <= calls
-    assert int(sync[1 + 2 * nc + (calls & 1)]) == 0, "the next call's pool counter is not zero"
 
 
 @pytest.mark.parametrize(
@@ -306,123 +303,19 @@ def test_fused_merge_only_where_the_grid_fits_one_cta_per_sm():
     check(inp, wide)
 
 
-@pytest.mark.parametrize("pool_pct", [0, 25])
-def test_fused_merge_back_to_back_calls(pool_pct):
+def test_fused_merge_back_to_back_calls():
     """Many calls on one workspace and stream, lengths changing between them: every call's
-    merge waits only for its own partials (flags of earlier calls hold earlier epochs), and
-    with balancing each call claims its pool from a counter the call before zeroed."""
+    merge waits only for its own partials (flags of earlier calls hold earlier epochs)."""
     ws = None
     for i, prefix in enumerate([[91000], [5700], [1], [23000], [262144], [0], [40000]]):
         inp = make_inputs(prefix, [4], 8, device="cuda", seed=fresh_seed())
-        if ws is None:
-            ws = workspace(inp)
-            ws.pool_pct = pool_pct
+        ws = ws or workspace(inp)
         outs = [run_kernel(inp, ws)[0] for _ in range(3)]
         torch.cuda.synchronize()
         o_ref, _ = reference(inp)
         for o in outs:
             assert rel_err(o, o_ref) < TOL, f"call set {i}"
         assert_merge_state(ws, calls=3 * (i + 1))
-
-
-@pytest.mark.parametrize(
-    "prefix,draft,heads,pool_pct",
-    [
-        ([91000], [4], 8, 20),
-        ([23000], [4], 8, 50),
-        ([23000], [2], 16, 90),  # 32 rows: one M-tile
-        ([23000], [4], 16, 30),  # 64 rows: two M-tiles, not balanced (split up front)
-        ([262144], [1], 32, 10),
-        (None, [4], 8, 20),  # 2 blocks a CTA exactly (the smallest balanced call)
-        (None, [4], 8, 25),  # one block short of that: split up front
-    ],
-)
-def test_balanced_calls_match_the_reference(prefix, draft, heads, pool_pct):
-    """pool_pct > 0: a one-segment call (B = 1, one M-tile) of >= 2 blocks a CTA leaves part of
-    its KV blocks to be claimed at run time; every block is still counted exactly once."""
-    n = sm_count()
-    if prefix is None:  # kv_len = 2 * n blocks of 32 tokens, or one token fewer
-        prefix = [64 * n - draft[0] - (0 if pool_pct == 20 else 33)]
-    inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
-    ws = workspace(inp)
-    ws.pool_pct = pool_pct
-    assert ws.fused
-    check(inp, ws)
-    check(inp, ws)
-    torch.cuda.synchronize()
-    assert_merge_state(ws, calls=2)
-
-
-def test_pool_pct_is_checked():
-    inp = make_inputs([100], [4], 8, device="cuda", seed=fresh_seed())
-    ws = workspace(inp)
-    for bad in (-1, 91, 200):
-        with pytest.raises(ValueError, match="pool_pct: must be 0..90"):
-            ws.pool_pct = bad
-
-
-def test_graph_replay_balanced_single_request():
-    """A captured B = 1 call with balancing, replayed with new lengths and indices: matches
-    eager and the reference (the pool's size and the counters change inside the graph). Which
-    CTA takes which pool block varies from call to call, so the summation order does too:
-    replay and eager agree to rounding, not bit for bit."""
-    H, D = 8, 4
-    pool = 130_000
-    first = make_inputs([91000], [D], H, device="cuda", seed=fresh_seed(), spare_slots=pool - 91000)
-    ws = workspace(first)
-    ws.pool_pct = 20
-    kv_indices = torch.zeros(pool, dtype=torch.int32, device="cuda")
-    kv_indices[: first.kv_indices.numel()] = first.kv_indices
-    custom_mask = torch.zeros(D * (pool + D), dtype=torch.uint8, device="cuda")
-    custom_mask[: first.custom_mask.numel()] = first.custom_mask
-    qo, kv, mind = first.qo_indptr.clone(), first.kv_indptr.clone(), first.mask_indptr.clone()
-    o = torch.empty(D, H, 512, dtype=torch.bfloat16, device="cuda")
-
-    def call():
-        api().extend_attention_fwd(
-            first.q, first.k_extend, first.v_extend, o, first.k_buffer, first.v_buffer,
-            qo, kv, kv_indices, custom_mask, True, mind, 16, first.sm_scale, workspace=ws,
-        )  # fmt: skip
-
-    call()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        call()
-    from kdtree_mla.ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
-
-    gen = torch.Generator().manual_seed(fresh_seed())
-    for it, prefix in enumerate((91000, 23000, 129_000, 5700, 70)):
-        perm = torch.randperm(pool, generator=gen)[:prefix].to(torch.int32)
-        mask, mask_ptr = build_custom_mask(
-            [tree_mask_from_parents(random_tree_parents(D, gen))], [prefix]
-        )
-        kv.copy_(torch.tensor([0, prefix], dtype=kv.dtype))
-        mind.copy_(mask_ptr)
-        kv_indices.zero_()
-        kv_indices[:prefix] = perm.cuda()
-        custom_mask.zero_()
-        custom_mask[: mask.numel()] = mask.cuda()
-        k_buf = first.k_buffer  # rows in use finite, the rest poisoned
-        unused = torch.ones(pool, dtype=torch.bool)
-        unused[perm.long()] = False
-        k_buf[unused.nonzero().flatten().cuda()] = float("nan")
-        used = perm.long().cuda()
-        k_buf[used] = torch.randn(used.numel(), 1, 576, device="cuda").to(torch.bfloat16)
-        o.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        o_graph = o.clone()
-        o.fill_(float("nan"))
-        call()
-        torch.cuda.synchronize()
-        assert rel_err(o_graph, o.double()) < 2e-3, f"replay {prefix}: differs from eager"
-        o_ref, _ = verify_attention_ref(
-            first.q, first.k_extend, first.v_extend, first.k_buffer, first.v_buffer,
-            qo, kv, kv_indices, custom_mask, mind, first.sm_scale,
-        )  # fmt: skip
-        assert rel_err(o_graph, o_ref) < TOL, f"replay {prefix}"
-        assert_merge_state(ws, calls=1 + 2 * (it + 1))
 
 
 # --- CUDA graphs -----------------------------------------------------------------------------
