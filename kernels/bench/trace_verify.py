@@ -158,7 +158,7 @@ def analyse(traces, num_ctas, crow, clock_ghz):
 # Per-CTA spread (--ctas): these points' globaltimer offsets from the grid's first "inputs
 # visible", for every active CTA, with the SM it ran on (trace slot SMID_SLOT).
 CTA_POINTS = (("q_landed", 6), ("kv1_landed", 7), ("last_pv", 8), ("published", 16))
-SMID_SLOT = 28
+SMID_SLOT = 28  # csrc/traits.h kTraceSmidSlot (the extension does not export it)
 
 
 def cta_spread(per_rep, num_ctas):
