@@ -156,12 +156,11 @@ def analyse(traces, num_ctas, crow, clock_ghz):
 
 
 # Per-CTA spread (--ctas): these points' globaltimer offsets from the grid's first "inputs
-# visible", for every active CTA, with the SM it ran on (trace slot SMID_SLOT).
+# visible", for every active CTA, with the SM it ran on (trace slot smid_slot).
 CTA_POINTS = (("q_landed", 6), ("kv1_landed", 7), ("last_pv", 8), ("published", 16))
-SMID_SLOT = 28  # csrc/traits.h kTraceSmidSlot (the extension does not export it)
 
 
-def cta_spread(per_rep, num_ctas):
+def cta_spread(per_rep, num_ctas, smid_slot):
     """Across CTAs: quantiles of each point (median over samples), and whether a CTA's
     lateness follows its SM (per-SM mean lateness in odd vs even samples, Pearson r)."""
     quant = {n: [] for n, _ in CTA_POINTS}
@@ -175,7 +174,7 @@ def cta_spread(per_rep, num_ctas):
             start = min(int(g[i, 1]) for i in range(num_ctas))
             for name, k in CTA_POINTS:
                 vals = [
-                    ((int(g[i, k]) - start) / 1e3, int(g[i, SMID_SLOT])) for i in active if g[i, k]
+                    ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot])) for i in active if g[i, k]
                 ]
                 if not vals:
                     continue
@@ -202,9 +201,7 @@ def cta_spread(per_rep, num_ctas):
                 top.append((statistics.fmean(v for _, v in xs), sm))
         r = float("nan")
         if len(a) > 2 and statistics.pstdev(a) > 0 and statistics.pstdev(b) > 0:
-            ma, mb = statistics.fmean(a), statistics.fmean(b)
-            cov = statistics.fmean((x - ma) * (y - mb) for x, y in zip(a, b))
-            r = cov / (statistics.pstdev(a) * statistics.pstdev(b))
+            r = statistics.correlation(a, b)  # Pearson
         top.sort(reverse=True)
         out[name] = {
             "min_p10_p50_p90_max": [round(x, 2) for x in qs],
@@ -285,7 +282,7 @@ def main():
             active_ctas=samples[0]["active_ctas"], blocks_cta0=samples[0]["blocks_cta0"],
         )  # fmt: skip
         if args.ctas:
-            med["ctas"] = cta_spread(per_rep, wss[0].num_ctas)
+            med["ctas"] = cta_spread(per_rep, wss[0].num_ctas, ext.TRACE_SMID_SLOT)
         results.append(med)
         print(json.dumps(med), flush=True)
         del g, case, wss, bufs, per_rep

@@ -6,6 +6,9 @@
 # Usage (repo root on the device machine):
 #   BENCH_CASES=0,2,4,5 NCU_CASE="8 8 4 91000" bash kernels/scripts/device_diag.sh
 # TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one.
+# AB_OPTION=--force-variant AB_VALUES="11 9": the same cases under each value of one
+# bench_verify.py option, two passes, the second in reverse order (the first benchmark of a pass
+# reads slower even for code it does not touch: docs/kernel-benchmarks.md, session 6).
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_diag
@@ -39,6 +42,35 @@ if [ -n "${OLD_TREE:-}" ]; then
       --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" > "$WORK/new_bench$i.log" 2>&1
     echo "A/B pass $i at $(( $(date +%s) - t0 )) s"
   done
+  pack
+fi
+if [ -n "${AB_OPTION:-}" ]; then
+  order=${AB_VALUES:?AB_OPTION needs AB_VALUES}
+  for pass in 1 2; do
+    for v in $order; do
+      timeout 200 python3 bench/bench_verify.py --json "$WORK/ab_v${v}_p$pass.json" --no-triton --no-sweep \
+        --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" $AB_OPTION "$v" > "$WORK/ab_v${v}_p$pass.log" 2>&1
+      echo "A/B $AB_OPTION $v pass $pass rc=$? at $(( $(date +%s) - t0 )) s"
+    done
+    order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
+  done
+  python3 - "$WORK" $AB_VALUES <<'PY'
+import json, sys
+work, values = sys.argv[1], sys.argv[2:]
+rows = {}
+for v in values:
+    for p in (1, 2):
+        try:
+            res = json.load(open(f"{work}/ab_v{v}_p{p}.json"))
+        except OSError:
+            continue
+        for c in res["cases"]:
+            key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
+            rows.setdefault(key, {}).setdefault(v, []).append(round(c["ours_graph_us"], 2))
+print("graph us per call, passes 1 / 2, by value:", " ".join(values))
+for key, by in rows.items():
+    print(key, " | ".join(f"{v}: {' / '.join(map(str, by.get(v, [])))}" for v in values))
+PY
   pack
 fi
 for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices
