@@ -77,6 +77,7 @@ constexpr KernelVariant kVariants[] = {{0, false, 0, 1}, {2, false, 0, 1}, {4, t
                                        {5, false, 0, 1}, {4, true, 2, 1},  {4, true, 4, 1}, {4, true, 8, 1},
                                        {4, true, 0, 2},  {2, false, 0, 2}, {3, false, 8, 2}, {3, false, 0, 2}};
 constexpr int kNumVariants = 12;
+static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows

@@ -1,6 +1,7 @@
 // Launcher: picks the pipeline depth for the device, sets the smem opt-in once per device and
 // kernel, launches the main and combine kernels. Host state is cached; nothing synchronises.
 #include <atomic>
+#include <utility>
 
 #include "verify_combine.cuh"
 #include "verify_main.cuh"
@@ -76,6 +77,25 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std:
   return e;
 }
 
+// Launches the main kernel of variant `v` (1 .. kNumVariants - 1): the kVariants entry's
+// instantiation, so the list in traits.h is the only one.
+template <size_t... kV>
+cudaError_t launch_variant(int v, const VerifyParams& p, DeviceCache& cache, cudaStream_t stream, bool pdl,
+                           std::index_sequence<kV...>) {
+  cudaError_t e = cudaErrorInvalidValue;
+  auto one = [&](auto idx) {
+    constexpr int kIdx = decltype(idx)::value;
+    if constexpr (kIdx > 0) {  // entry 0: "none fits", no kernel
+      constexpr KernelVariant kv = kVariants[kIdx];
+      if (v == kIdx)
+        e = launch_main<kv.stages, kv.pipe, kv.mode, kv.loaders>(p, cache.attr_set[kIdx], cache.coop_pdl, stream,
+                                                                  pdl);
+    }
+  };
+  (one(std::integral_constant<int, static_cast<int>(kV)>{}), ...);
+  return e;
+}
+
 // Multiprocessors of `device` (read once; 0 when unreadable).
 int device_sms(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
@@ -144,22 +164,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? 1 : 0;
   if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
   cudaError_t e = cudaSuccess;
-  if (parts & kLaunchMain) {
-    switch (v) {
-      case 1: e = launch_main<2, false, 0>(pf, cache.attr_set[1], cache.coop_pdl, stream, pdl); break;
-      case 2: e = launch_main<4, true, 0>(pf, cache.attr_set[2], cache.coop_pdl, stream, pdl); break;
-      case 3: e = launch_main<3, false, 0>(pf, cache.attr_set[3], cache.coop_pdl, stream, pdl); break;
-      case 4: e = launch_main<5, false, 0>(pf, cache.attr_set[4], cache.coop_pdl, stream, pdl); break;
-      case 5: e = launch_main<4, true, 2>(pf, cache.attr_set[5], cache.coop_pdl, stream, pdl); break;
-      case 6: e = launch_main<4, true, 4>(pf, cache.attr_set[6], cache.coop_pdl, stream, pdl); break;
-      case 7: e = launch_main<4, true, kModeTrace>(pf, cache.attr_set[7], cache.coop_pdl, stream, pdl); break;
-      case 8: e = launch_main<4, true, 0, 2>(pf, cache.attr_set[8], cache.coop_pdl, stream, pdl); break;
-      case 9: e = launch_main<2, false, 0, 2>(pf, cache.attr_set[9], cache.coop_pdl, stream, pdl); break;
-      case 10: e = launch_main<3, false, kModeTrace, 2>(pf, cache.attr_set[10], cache.coop_pdl, stream, pdl); break;
-      case 11: e = launch_main<3, false, 0, 2>(pf, cache.attr_set[11], cache.coop_pdl, stream, pdl); break;
-      default: return cudaErrorInvalidValue;
-    }
-  }
+  if (parts & kLaunchMain) e = launch_variant(v, pf, cache, stream, pdl, std::make_index_sequence<kNumVariants>{});
   if (e != cudaSuccess) return e;
   if (!(parts & kLaunchCombine) || pf.fused) return cudaSuccess;
   const long long rows = static_cast<long long>(p.num_tokens) * p.num_heads;
