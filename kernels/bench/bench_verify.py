@@ -363,7 +363,8 @@ def main():
                 if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
                     continue
                 key = f"stages{stages}{'_pipe' if pipe else ''}"
-                key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
+                key += "_loadonly" if mode & 2 else "_mathonly" if mode & 4 else ""
+                key += "_rowgroups" if mode & 16 else ""
                 key += f"_{loaders}lw" if loaders > 1 else ""
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]

@@ -202,7 +202,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
 
 
 @pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11, 12])
 def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
@@ -221,6 +221,26 @@ def test_every_kernel_variant(variant, heads):
     ws2 = workspace(inp)
     ws2.force_variant = variant
     check(inp, ws2)
+
+
+@pytest.mark.parametrize("heads", [8, 64])
+@pytest.mark.parametrize("variant", [0, 9, 11, 12])
+def test_rising_logits_rescale_the_output(variant, heads):
+    """Logits spread wide enough (q x 6: std ~10 in log2 units) that a row's running max is
+    raised, and its output rescaled, in many blocks after the first, not only at the start."""
+    from kdtree_mla import _C
+
+    inp = make_inputs(
+        [23000, 700, 5000], [4, 3, 4], heads, device="cuda", seed=fresh_seed(), q_scale=6.0
+    )
+    ws = workspace(inp)
+    ws.force_variant = variant
+    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
+    if variant and _C.VARIANTS[variant][1] > optin:  # refused with an error, not run
+        with pytest.raises(RuntimeError, match="launch failed"):
+            run_kernel(inp, ws)
+        return
+    check(inp, ws)
 
 
 def test_output_view_rows_not_16_byte_aligned():
