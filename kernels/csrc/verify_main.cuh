@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
   constexpr bool kGroups = (kMode & kModeRowGroups) != 0;
+  constexpr bool kTurns = kGroups && !(kMode & kModeNoTurns);
   static_assert(!kGroups || (!kPipe && kMath && kCopy), "row groups: the plain loop, correct output");
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
@@ -409,7 +410,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // [64 warp, +64) of all 32 rows, or with row groups columns [128 kg, +128) of its group's
   // rows, so each group (mi) runs its blocks with its own barriers.
   const int mi = kGroups ? warp >> 2 : warp & 1, kg = kGroups ? warp & 3 : warp >> 1;
-  if (kGroups && mi == 1) turn_pass(1);  // group 0 has the first turn
+  if (kTurns && mi == 1) turn_pass(1);  // group 0 has the first turn
   auto msync = [&] {
     if constexpr (kGroups) group_sync(mi); else math_sync();
   };
@@ -639,14 +640,14 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         // Row groups take turns for their MMAs (S, then P V), so the tensor cores run one
         // group's while the other does its softmax.
-        if constexpr (kGroups) turn_wait(mi);
+        if constexpr (kTurns) turn_wait(mi);
         compute_s(i, red_s);
-        if constexpr (kGroups) turn_pass(mi);
+        if constexpr (kTurns) turn_pass(mi);
         msync();            // S partials complete (and every warp is past PV of block i-1)
         softmax(i, red_s);  // its barrier: P complete
-        if constexpr (kGroups) turn_wait(mi);
+        if constexpr (kTurns) turn_wait(mi);
         pv(i);
-        if constexpr (kGroups) turn_pass(mi);
+        if constexpr (kTurns) turn_pass(mi);
       }
     } else {
       wait_full(base);
@@ -761,7 +762,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (tid == 0) math_more = math_walk.next(p);
     math_sync();
   } while (math_more);
-  if (kGroups && mi == 0) turn_wait(0);  // group 1's last pass (every wait has its arrival)
+  if (kTurns && mi == 0) turn_wait(0);  // group 1's last pass (every wait has its arrival)
 
   // ---- fused merge (p.fused): the CTAs of a cut segment merge its parts together ----
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
