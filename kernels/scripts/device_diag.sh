@@ -30,10 +30,12 @@ pack
 ls kdtree_mla/_C*.so >/dev/null 2>&1 || { echo "no extension built"; exit 1; }
 # BENCH_SWEEP=1: the min_blocks_per_cta sweep of the B=1 H=8 cases too (not the variant sweep).
 sweep=--no-sweep; [ -n "${BENCH_SWEEP:-}" ] && sweep=--no-variant-sweep
-timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton $sweep \
-  --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
-echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
-pack
+if [ -z "${NO_SHORT_BENCH:-}" ]; then  # NO_SHORT_BENCH=1: only the A/B passes below
+  timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_verify.py --json "$WORK/bench.json" --no-triton $sweep \
+    --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${BENCH_ARGS:-} > "$WORK/bench.log" 2>&1
+  echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
+  pack
+fi
 if [ -n "${OLD_TREE:-}" ]; then
   for i in 1 2; do  # old, new, old, new: the spread between repeats is the noise
     timeout 200 python3 "$OLD_TREE/bench/bench_verify.py" --json "$WORK/old_bench$i.json" --no-triton --no-sweep \
