@@ -76,8 +76,9 @@ constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
-                                       {3, false, 16, 2}, {3, false, 24, 2}, {3, false, 48, 2}};
-constexpr int kNumVariants = 15;
+                                       {3, false, 16, 2}, {3, false, 24, 2}, {3, false, 48, 2}, {3, false, 2, 2},
+                                       {3, false, 4, 2}};
+constexpr int kNumVariants = 17;
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
 // Mode bit 16 (correct output): the math warps form two row groups (warps 0-3 rows 0-15, warps
