@@ -363,8 +363,7 @@ def main():
                 if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
                     continue
                 key = f"stages{stages}{'_pipe' if pipe else ''}"
-                key += "_loadonly" if mode & 2 else "_mathonly" if mode & 4 else ""
-                key += ("_rowgroups" + ("_noturns" if mode & 32 else "")) if mode & 16 else ""
+                key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
                 key += f"_{loaders}lw" if loaders > 1 else ""
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]

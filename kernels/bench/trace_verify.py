@@ -85,13 +85,10 @@ POINTS = (
 
 
 def traced_variant(ext) -> int:
-    """The traced twin (same stages, overlap, load warps and row groups) of the device's default
-    variant."""
-    stages, _, pipe, dmode, loaders = ext.VARIANTS[
-        ext.variant_for_device(torch.cuda.current_device())
-    ]
+    """The traced twin (same stages, overlap and load warps) of the device's default variant."""
+    stages, _, pipe, _, loaders = ext.VARIANTS[ext.variant_for_device(torch.cuda.current_device())]
     for v, (s, _, pp, mode, lw) in enumerate(ext.VARIANTS):
-        if mode & 8 and (s, pp, lw, mode & 16) == (stages, pipe, loaders, dmode & 16):
+        if mode & 8 and (s, pp, lw) == (stages, pipe, loaders):
             return v
     raise SystemExit("no traced twin of the device's default variant; pass --variant")
 

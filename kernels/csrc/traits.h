@@ -66,7 +66,7 @@ constexpr size_t kSm120SmemLimit = 101376;
 struct KernelVariant {
   int stages;
   bool pipe;    // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
-  int mode;     // bits: 2 loads only, 4 math only (diagnostics), 8 traced, 16 row groups, 32 no turns
+  int mode;     // 0, or a diagnostic: 2 loads only, 4 math only, 8 traced
   int loaders;  // load warps (beside the 8 math warps)
   constexpr int threads() const { return VerifyTraits::kMathThreads + 32 * loaders; }
 };
@@ -76,18 +76,10 @@ constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
-                                       {3, false, 16, 2}, {3, false, 24, 2}, {3, false, 48, 2}, {3, false, 2, 2},
-                                       {3, false, 4, 2}};
-constexpr int kNumVariants = 17;
+                                       {3, false, 2, 2},  {3, false, 4, 2}};
+constexpr int kNumVariants = 14;
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
-// Mode bit 16 (correct output): the math warps form two row groups (warps 0-3 rows 0-15, warps
-// 4-7 rows 16-31, each with its own barriers) that take turns on the tensor cores, so one
-// group's softmax runs while the other's MMAs do (verify_main.cuh, "Row groups").
-constexpr int kModeRowGroups = 16;
-// Mode bit 32 with 16 (diagnostic, correct output): row groups without the turns (each group
-// runs free), to tell what the turns add.
-constexpr int kModeNoTurns = 32;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.

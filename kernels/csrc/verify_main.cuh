@@ -50,44 +50,6 @@ __device__ __forceinline__ bool math_sync_or(bool x) {
       : "memory");
   return r != 0;
 }
-// Row groups (kModeRowGroups): group g (math warps 4g..4g+3) syncs on named barrier 2 + g; the
-// turn on the tensor cores passes between the groups on barriers 4 and 5 (a group waits on
-// 4 + g, the other group arrives there when its MMAs are issued). Immediate barrier ids (one
-// branch on g) let ptxas count the barriers.
-__device__ __forceinline__ void group_sync(int g) {
-  if (g == 0)
-    asm volatile("bar.sync 2, %0;\n" ::"n"(T::kMathThreads / 2) : "memory");
-  else
-    asm volatile("bar.sync 3, %0;\n" ::"n"(T::kMathThreads / 2) : "memory");
-}
-__device__ __forceinline__ bool group_sync_or(int g, bool x) {
-  uint32_t r;
-  if (g == 0)
-    asm volatile(
-        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 2, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-        : "=r"(r)
-        : "r"(static_cast<uint32_t>(x)), "n"(T::kMathThreads / 2)
-        : "memory");
-  else
-    asm volatile(
-        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 3, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-        : "=r"(r)
-        : "r"(static_cast<uint32_t>(x)), "n"(T::kMathThreads / 2)
-        : "memory");
-  return r != 0;
-}
-__device__ __forceinline__ void turn_wait(int g) {
-  if (g == 0)
-    asm volatile("bar.sync 4, %0;\n" ::"n"(T::kMathThreads) : "memory");
-  else
-    asm volatile("bar.sync 5, %0;\n" ::"n"(T::kMathThreads) : "memory");
-}
-__device__ __forceinline__ void turn_pass(int g) {
-  if (g == 0)
-    asm volatile("bar.arrive 5, %0;\n" ::"n"(T::kMathThreads) : "memory");
-  else
-    asm volatile("bar.arrive 4, %0;\n" ::"n"(T::kMathThreads) : "memory");
-}
 
 // Walks the pieces of one CTA's unit range (the same walk in both roles).
 struct PieceWalk {
@@ -141,9 +103,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
-  constexpr bool kGroups = (kMode & kModeRowGroups) != 0;
-  constexpr bool kTurns = kGroups && !(kMode & kModeNoTurns);
-  static_assert(!kGroups || (!kPipe && kMath && kCopy), "row groups: the plain loop, correct output");
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -165,7 +124,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ int warp_sums[2 * kThreads / 32];
   __shared__ int start_info[2];
   __shared__ Request start_req;
-  __shared__ uint8_t mask_s[(kGroups ? 2 : 1) * 4 * 16];  // a copy per row group
+  __shared__ uint8_t mask_s[4 * 16];
   __shared__ __align__(8) uint64_t full_bar[kStages];
   __shared__ __align__(8) uint64_t empty_bar[kStages];
   __shared__ __align__(8) uint64_t merge_bar;  // fused merge (staged): its parts' copies
@@ -406,17 +365,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   math_sync();
   if (tid == 0) trace_point<kTrace>(p, cta, 11);
   int traced_blocks = 0;
-  // Warp (mi, kg) computes S of rows [16 mi, 16 mi + 16) over k-group kg, then P V: columns
-  // [64 warp, +64) of all 32 rows, or with row groups columns [128 kg, +128) of its group's
-  // rows, so each group (mi) runs its blocks with its own barriers.
-  const int mi = kGroups ? warp >> 2 : warp & 1, kg = kGroups ? warp & 3 : warp >> 1;
-  if (kTurns && mi == 1) turn_pass(1);  // group 0 has the first turn
-  auto msync = [&] {
-    if constexpr (kGroups) group_sync(mi); else math_sync();
-  };
-  auto msync_or = [&](bool x) {
-    if constexpr (kGroups) return group_sync_or(mi, x); else return math_sync_or(x);
-  };
+  const int mi = warp & 1, kg = warp >> 1;
   const int g = lane >> 2, t4 = lane & 3;
   const int sm_row = tid / T::kSmTpr, sm_col = (tid % T::kSmTpr) * T::kSmCols;
   const int mat = lane >> 3, r8 = lane & 7;
@@ -434,15 +383,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     const int nb = math_walk.nb, row0 = math_walk.row0, tok_lo = math_walk.tok_lo, tok_hi = math_walk.tok_hi;
     const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / T::kBlockN;
     const int tok0 = row0 >> p.head_shift;
-    uint8_t* const mask_g = mask_s + (kGroups ? mi * 64 : 0);  // each row group fills its own copy
-    if constexpr (kGroups) {
-      const int mtid = tid & (T::kMathThreads / 2 - 1);
-      if (p.mask != nullptr && tok_hi > req.prefix && mtid < 64) {
-        const int i = tok0 + (mtid >> 4), j = mtid & 15;
-        if (i < req.draft && j < req.draft)
-          mask_g[mtid] = p.mask[req.mask_begin + int64_t(i) * req.kv_len + req.prefix + j];
-      }
-    } else if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
+    if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
       const int i = tok0 + (tid >> 4), j = tid & 15;
       if (i < req.draft && j < req.draft)
         mask_s[tid] = p.mask[req.mask_begin + int64_t(i) * req.kv_len + req.prefix + j];
@@ -540,7 +481,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
             if (p.mask == nullptr)
               ok = dj <= q_tok;
             else if (dj < 16)
-              ok = mask_g[mask_row + dj] != 0;
+              ok = mask_s[mask_row + dj] != 0;
             else
               ok = p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0;
           }
@@ -565,7 +506,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #pragma unroll
       for (int j = 0; j < T::kSmCols; ++j) need |= v[j] > lim;
       const float psum = write_p(m_run);
-      if (!msync_or(need)) {
+      if (!math_sync_or(need)) {
         l_part += psum;
         return;
       }
@@ -578,11 +519,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       l_part = l_part * alpha + write_p(m_new);
       m_run = m_new;
       if (tid % T::kSmTpr == 0) alpha_s[sm_row] = alpha;
-      msync();
+      math_sync();
 #pragma unroll
-      for (int a = 0; a < 2; ++a) {  // (row groups: both halves of acc hold the group's rows)
-        const int ra = (kGroups ? mi : a) * 16;
-        const float a0 = alpha_s[ra + g], a1 = alpha_s[ra + g + 8];
+      for (int a = 0; a < 2; ++a) {
+        const float a0 = alpha_s[a * 16 + g], a1 = alpha_s[a * 16 + g + 8];
 #pragma unroll
         for (int ni = 0; ni < 8; ++ni) {
           acc[a][ni][0] *= a0; acc[a][ni][1] *= a0;
@@ -591,38 +531,22 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       }
     };
     auto pv = [&](int blk) {
-      if constexpr (kGroups) {  // 16 rows x 128 columns: acc[nt >> 3][nt & 7] is n8 tile nt
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint32_t pa[4];
-          ldmatrix_x4(pa, smem_u32(&p_s[(mi * 16 + (mat & 1) * 8 + r8) * T::kPRowElems + kk * 16 + (mat >> 1) * 8]));
-          const uint32_t vrow = stage_addr(base + blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t pa[2][4];
 #pragma unroll
-          for (int nj = 0; nj < 8; ++nj) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb, vrow + (kg * 2 * T::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
-            mma_bf16(acc[nj >> 2][(nj & 3) * 2], pa, vb[0], vb[1]);
-            mma_bf16(acc[nj >> 2][(nj & 3) * 2 + 1], pa, vb[2], vb[3]);
-          }
-        }
-      } else {  // 32 rows x 64 columns
+        for (int a = 0; a < 2; ++a)
+          ldmatrix_x4(pa[a], smem_u32(&p_s[(a * 16 + (mat & 1) * 8 + r8) * T::kPRowElems + kk * 16 +
+                                           (mat >> 1) * 8]));
+        const uint32_t vrow = stage_addr(base + blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-          uint32_t pa[2][4];
+        for (int nj = 0; nj < 4; ++nj) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, vrow + (warp * T::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
-            ldmatrix_x4(pa[a], smem_u32(&p_s[(a * 16 + (mat & 1) * 8 + r8) * T::kPRowElems + kk * 16 +
-                                             (mat >> 1) * 8]));
-          const uint32_t vrow = stage_addr(base + blk) + (kk * 16 + (mat & 1) * 8 + r8) * T::kKvRowBytes;
-#pragma unroll
-          for (int nj = 0; nj < 4; ++nj) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb, vrow + (warp * T::kColsPerWarp + nj * 16 + (mat >> 1) * 8) * 2);
-#pragma unroll
-            for (int a = 0; a < 2; ++a) {
-              mma_bf16(acc[a][nj * 2], pa[a], vb[0], vb[1]);
-              mma_bf16(acc[a][nj * 2 + 1], pa[a], vb[2], vb[3]);
-            }
+          for (int a = 0; a < 2; ++a) {
+            mma_bf16(acc[a][nj * 2], pa[a], vb[0], vb[1]);
+            mma_bf16(acc[a][nj * 2 + 1], pa[a], vb[2], vb[3]);
           }
         }
       }
@@ -638,16 +562,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
-        // Row groups take turns for their MMAs (S, then P V), so the tensor cores run one
-        // group's while the other does its softmax.
-        if constexpr (kTurns) turn_wait(mi);
         compute_s(i, red_s);
-        if constexpr (kTurns) turn_pass(mi);
-        msync();            // S partials complete (and every warp is past PV of block i-1)
+        math_sync();        // S partials complete (and every warp is past PV of block i-1)
         softmax(i, red_s);  // its barrier: P complete
-        if constexpr (kTurns) turn_wait(mi);
         pv(i);
-        if constexpr (kTurns) turn_pass(mi);
       }
     } else {
       wait_full(base);
@@ -692,59 +610,56 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // fragments' 4-byte pieces, every 32-byte sector filled. Partials are bf16 too (half the
     // bytes of fp32 for these stores and the combine's loads; their LSE stays fp32). o rows that
     // are not 16-byte aligned (a strided view) take the direct path.
-    // A warp's kCols output columns from col0, in rounds of 8 rows: round rd holds rows
-    // rbase(rd) + g of fragment value fr(rd, n8 tile, c).
-    constexpr int kCols = kGroups ? 2 * T::kColsPerWarp : T::kColsPerWarp;
-    constexpr int kRounds = kGroups ? 2 : 4;
-    const int col0 = kGroups ? kg * kCols : warp * kCols;
-    auto rbase = [&](int rd) { return kGroups ? mi * 16 + rd * 8 : (rd >> 1) * 16 + (rd & 1) * 8; };
-    auto fr = [&](int rd, int nt, int c) -> float {
-      if constexpr (kGroups) return acc[nt >> 3][nt & 7][rd * 2 + c]; else return acc[rd >> 1][nt][(rd & 1) * 2 + c];
-    };
+    const int col0 = warp * T::kColsPerWarp;
     if (full && !p.o_vec16) {
 #pragma unroll
-      for (int rd = 0; rd < kRounds; ++rd) {
-        const int r = rbase(rd) + g;
-        const float inv = inv_s[r];
-        const int qr = row0 + r;
-        if (qr < req.rows) {
-          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
-                               (qr & (p.num_heads - 1)) * p.o_stride_h + col0 + t4 * 2;
+      for (int a = 0; a < 2; ++a)
 #pragma unroll
-          for (int nt = 0; nt < kCols / 8; ++nt)
-            *reinterpret_cast<uint32_t*>(dst + nt * 8) = pack_bf16x2(fr(rd, nt, 0) * inv, fr(rd, nt, 1) * inv);
+        for (int half = 0; half < 2; ++half) {
+          const int r = a * 16 + g + half * 8;
+          const float inv = inv_s[r];
+          const int qr = row0 + r;
+          if (qr < req.rows) {
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                                 (qr & (p.num_heads - 1)) * p.o_stride_h + col0 + t4 * 2;
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+              *reinterpret_cast<uint32_t*>(dst + ni * 8) =
+                  pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+          }
         }
-      }
     } else {
       // Both outputs are bf16 rows of 512: o's (token, head) row, or the partial slot's row.
-      constexpr int kRowWords = kCols / 2 + 4;  // staging row: kCols bf16 + 16 B pad
-      constexpr int kPieces = kCols / 8;        // 16-byte pieces a row
+      constexpr int kRowWords = T::kColsPerWarp / 2 + 4;  // staging row: 64 bf16 + 16 B pad
       static_assert(T::kMathWarps * 8 * kRowWords * 4 <= T::kRedBytes, "staging fits red_s");
       __nv_bfloat16* part = static_cast<__nv_bfloat16*>(p.part_o) + int64_t(slot) * T::kBlockM * T::kHeadDimV;
 #pragma unroll
-      for (int rd = 0; rd < kRounds; ++rd) {
-        const float inv = inv_s[rbase(rd) + g];
-        uint32_t* st = reinterpret_cast<uint32_t*>(red_s) + warp * 8 * kRowWords;
+      for (int a = 0; a < 2; ++a)
 #pragma unroll
-        for (int nt = 0; nt < kCols / 8; ++nt)
-          st[g * kRowWords + nt * 4 + t4] = pack_bf16x2(fr(rd, nt, 0) * inv, fr(rd, nt, 1) * inv);
-        __syncwarp();
+        for (int half = 0; half < 2; ++half) {
+          const int rbase = a * 16 + half * 8;  // this round: rows rbase + g
+          const float inv = inv_s[rbase + g];
+          uint32_t* st = reinterpret_cast<uint32_t*>(red_s) + warp * 8 * kRowWords;
 #pragma unroll
-        for (int it = 0; it < kPieces / 4; ++it) {  // 8 rows x kPieces pieces, 32 a round
-          const int row = it * (32 / kPieces) + lane / kPieces, piece = lane % kPieces;
-          const int r = rbase(rd) + row, qr = row0 + r;
-          __nv_bfloat16* dst = nullptr;
-          if (!full)
-            dst = part + r * T::kHeadDimV;
-          else if (qr < req.rows)
-            dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
-                  (qr & (p.num_heads - 1)) * p.o_stride_h;
-          if (dst != nullptr)
-            *reinterpret_cast<uint4*>(dst + col0 + piece * 8) =
-                *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
+          for (int ni = 0; ni < 8; ++ni)
+            st[g * kRowWords + ni * 4 + t4] = pack_bf16x2(acc[a][ni][half * 2] * inv, acc[a][ni][half * 2 + 1] * inv);
+          __syncwarp();
+#pragma unroll
+          for (int it = 0; it < 2; ++it) {  // 8 rows x 8 pieces of 16 B
+            const int row = it * 4 + (lane >> 3), piece = lane & 7;
+            const int r = rbase + row, qr = row0 + r;
+            __nv_bfloat16* dst = nullptr;
+            if (!full)
+              dst = part + r * T::kHeadDimV;
+            else if (qr < req.rows)
+              dst = static_cast<__nv_bfloat16*>(p.o) + (req.qo_begin + (qr >> p.head_shift)) * p.o_stride_t +
+                    (qr & (p.num_heads - 1)) * p.o_stride_h;
+            if (dst != nullptr)
+              *reinterpret_cast<uint4*>(dst + col0 + piece * 8) =
+                  *reinterpret_cast<const uint4*>(st + row * kRowWords + piece * 4);
+          }
+          __syncwarp();  // the staging corner is rewritten by the next round
         }
-        __syncwarp();  // the staging corner is rewritten by the next round
-      }
     }
     if (tid == 0) trace_point<kTrace>(p, cta, 15);
     math_sync();  // inv_s, mask_s, P reused by the next piece; walk read by all
@@ -762,7 +677,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (tid == 0) math_more = math_walk.next(p);
     math_sync();
   } while (math_more);
-  if (kTurns && mi == 0) turn_wait(0);  // group 1's last pass (every wait has its arrival)
 
   // ---- fused merge (p.fused): the CTAs of a cut segment merge its parts together ----
   // All CTAs are co-resident (cooperative launch), so waiting for the segment's other CTAs
