@@ -202,7 +202,7 @@ def test_scheduler_grids(num_ctas, min_blocks):
 
 
 @pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11, 14])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11])
 def test_every_kernel_variant(variant, heads):
     # Variants the device cannot fit are refused with an error, not run.
     from kdtree_mla import _C
@@ -224,7 +224,7 @@ def test_every_kernel_variant(variant, heads):
 
 
 @pytest.mark.parametrize("heads", [8, 64])
-@pytest.mark.parametrize("variant", [0, 9, 11, 14])
+@pytest.mark.parametrize("variant", [0, 9, 11])
 def test_rising_logits_rescale_the_output(variant, heads):
     """Logits spread wide enough (q x 6: std ~10 in log2 units) that a row's running max is
     raised, and its output rescaled, in many blocks after the first, not only at the start."""
