@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       v[3] = x.w * p.scale_log2;
       // Masking, in one branch uniform over the CTA: only the blocks past the plain prefix
       // blocks (the piece's end, draft columns) have columns to mask. (Per column, the test
-      // compiled to four convergence regions a block, ~4% of the math warps' stall samples in
+      // compiled to four convergence regions a block, ~3.5% of all stall samples in
       // session 7's Nsight Compute profile of H=64.)
       if (blk >= plain_blocks) {
         const int kbase = tok_lo + blk * T::kBlockN + sm_col;
