@@ -201,21 +201,28 @@ def test_scheduler_grids(num_ctas, min_blocks):
     check(inp, workspace(inp, num_ctas=num_ctas, min_blocks=min_blocks))
 
 
+def refused_if_too_big(inp, ws) -> bool:
+    """A forced variant the device's shared memory cannot fit is refused with an error, not
+    run: asserts that and returns True; False when the workspace's variant fits (0 always)."""
+    from kdtree_mla import _C
+
+    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
+    if ws.force_variant == 0 or _C.VARIANTS[ws.force_variant][1] <= optin:
+        return False
+    with pytest.raises(RuntimeError, match="launch failed"):
+        run_kernel(inp, ws)
+    return True
+
+
 @pytest.mark.parametrize("heads", [8, 16, 64])
 @pytest.mark.parametrize("variant", [1, 2, 3, 4, 8, 9, 11])
 def test_every_kernel_variant(variant, heads):
-    # Variants the device cannot fit are refused with an error, not run.
-    from kdtree_mla import _C
-
     inp = make_inputs(
         [0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], heads, device="cuda", seed=fresh_seed()
     )
     ws = workspace(inp, num_ctas=37, min_blocks=1)
     ws.force_variant = variant
-    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
-    if _C.VARIANTS[variant][1] > optin:
-        with pytest.raises(RuntimeError, match="launch failed"):
-            run_kernel(inp, ws)
+    if refused_if_too_big(inp, ws):
         return
     check(inp, ws)
     ws2 = workspace(inp)
@@ -230,19 +237,13 @@ def test_rising_logits_rescale_the_output(variant, heads):
     raised, and their outputs rescaled, in blocks after a piece's first (every ~7-block piece of
     the 23k request has such raises, ~20 rows each, by a CPU count of the same inputs), not only
     at the start, which is all random inputs at scale 1 reach."""
-    from kdtree_mla import _C
-
     inp = make_inputs(
         [23000, 700, 5000], [4, 3, 4], heads, device="cuda", seed=fresh_seed(), q_scale=6.0
     )
     ws = workspace(inp)
     ws.force_variant = variant
-    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
-    if variant and _C.VARIANTS[variant][1] > optin:  # refused with an error, not run
-        with pytest.raises(RuntimeError, match="launch failed"):
-            run_kernel(inp, ws)
-        return
-    check(inp, ws)
+    if not refused_if_too_big(inp, ws):
+        check(inp, ws)
 
 
 def test_output_view_rows_not_16_byte_aligned():
