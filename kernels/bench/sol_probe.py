@@ -1,0 +1,223 @@
+"""Speed-of-light probe for the verify kernel's KV stream (run on the device).
+
+What would a call cost if the math and the merge were free? A gather kernel (CuPy/NVRTC) does
+only what every paged split-KV kernel must: read the index pointers, read the pool indices,
+read every prefix row (1152 B) the call touches, split evenly over the grid. It reduces what it
+reads to one word per warp, so nothing is skipped. It runs over the same per-layer pools, in
+the same kind of CUDA graph (one launch per layer) as `bench_verify.py`, next to our kernel in
+the same run, so
+
+    our graph time - gather time  =  what the math, the merge and our front add
+
+and the gather time itself is the floor of this access pattern on this GPU (launch, the
+metadata round trips, and the DRAM stream of random 1152-byte rows). Also measured: the same
+gather over 2 GiB of rows, sorted and in random order, as the chip's read bandwidth for this
+pattern, and the copy bandwidth the issue's floor uses.
+
+  python3 bench/sol_probe.py [--json out.json] [--reps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_verify import Case, copy_bandwidth, events_ms, launch_floor_us  # noqa: E402
+
+CASES = [
+    (1, 8, 4, 0),
+    (1, 8, 4, 5700),
+    (1, 8, 4, 23000),
+    (1, 8, 4, 91000),
+    (8, 8, 4, 91000),
+    (1, 8, 4, 91000, "sorted"),
+]
+# (CTAs per SM, threads): the first is our kernel's grid (one CTA an SM).
+CONFIGS = [(1, 256), (1, 512), (2, 512)]
+
+GATHER_SRC = r"""
+// Rows [lo, hi) of the call's prefix rows (all requests back to back), this CTA's even share.
+// Warp w reads groups of 8 rows (a lane loads 3 of a row's 72 16-byte pieces for each of the 8),
+// all 24 loads of a group in flight together; the next group's indices are loaded first.
+extern "C" __global__ void gather_rows(const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                                       const uint4* __restrict__ pool, long long stride16, int batch,
+                                       unsigned* __restrict__ out) {
+  const int total = kv_indptr[batch] - kv_indptr[0];
+  const int per = (total + gridDim.x - 1) / gridDim.x;
+  const int lo = blockIdx.x * per, hi = min(lo + per, total);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int base = kv_indptr[0];
+  unsigned acc = 0u;
+  int r0 = lo + warp * 8;
+  int idx = r0 + (lane & 7) < hi ? kv_indices[base + r0 + (lane & 7)] : -1;
+  for (; r0 < hi; r0 += nw * 8) {
+    const int r1 = r0 + nw * 8;
+    const int nxt = r1 + (lane & 7) < hi ? kv_indices[base + r1 + (lane & 7)] : -1;
+    uint4 v[8][3];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int iu = __shfl_sync(0xffffffffu, idx, u);
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        const int col = lane + 32 * c;
+        v[u][c] = iu >= 0 && col < 72 ? __ldcs(pool + iu * stride16 + col) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int c = 0; c < 3; ++c) acc ^= v[u][c].x ^ v[u][c].y ^ v[u][c].z ^ v[u][c].w;
+    idx = nxt;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[blockIdx.x * nw + warp] = acc;
+}
+"""
+
+
+class Gather:
+    def __init__(self):
+        import cupy as cp
+
+        self.cp = cp
+        major, minor = torch.cuda.get_device_capability()
+        self.kern = cp.RawKernel(
+            GATHER_SRC, "gather_rows", options=(f"--gpu-architecture=sm_{major}{minor}",)
+        )
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.out = torch.zeros(4 * self.sms * 32, dtype=torch.int32, device="cuda")
+
+    def __call__(self, kv_indptr, kv_indices, pool, batch, config):
+        """One launch on torch's current stream (so a torch graph captures it)."""
+        assert kv_indptr.dtype == torch.int32 and kv_indices.dtype == torch.int32
+        assert pool.stride(0) * 2 % 16 == 0 and pool.data_ptr() % 16 == 0
+        per_sm, threads = config
+        cp = self.cp
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            self.kern(
+                (per_sm * self.sms,),
+                (threads,),
+                (
+                    cp.uint64(kv_indptr.data_ptr()),
+                    cp.uint64(kv_indices.data_ptr()),
+                    cp.uint64(pool.data_ptr()),
+                    cp.int64(pool.stride(0) * 2 // 16),
+                    cp.int32(batch),
+                    cp.uint64(self.out.data_ptr()),
+                ),
+            )
+
+
+def graph_us(call, n_layers, reps):
+    """Graph time per call: one call per layer in one graph, median over replays."""
+    for i in range(n_layers):
+        call(i)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n_layers):
+            call(i)
+    g.replay()
+    torch.cuda.synchronize()
+    t = statistics.median(events_ms(g.replay, reps)) * 1e3 / n_layers
+    del g
+    return t
+
+
+def read_bandwidth(gather, config, sorted_rows, reps=20):
+    """Bytes/s of the gather over 2 GiB of 1152-byte rows, sorted or in random order."""
+    n = (2 << 30) // 1152
+    pool = torch.empty(n, 576, dtype=torch.bfloat16, device="cuda").random_()
+    idx = torch.arange(n, device="cuda", dtype=torch.int32)
+    if not sorted_rows:
+        idx = idx[torch.randperm(n, device="cuda")].contiguous()
+    indptr = torch.tensor([0, n], dtype=torch.int32, device="cuda")
+
+    def call():
+        gather(indptr, idx, pool, 1, config)
+
+    call()
+    ms = statistics.median(events_ms(call, reps))
+    return n * 1152 / (ms * 1e-3)
+
+
+def gather_layers(gather, case, config):
+    """Layer i's gather of a bench case (its metadata, layer i's pool)."""
+    m = case.meta
+
+    def call(i):
+        gather(m.kv_indptr, m.kv_indices, case.layers[i].k_buffer, case.b, config)
+
+    return call
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    gather = Gather()
+    from kdtree_mla import _C
+
+    res = {"device": props.name, "sms": props.multi_processor_count, "configs": CONFIGS}
+    res["copy_bw_Bps"] = copy_bandwidth()
+    res["launch_floor_us"] = launch_floor_us()
+    res["read_bw_Bps"] = {
+        f"{'sorted' if s else 'random'} {c[0]}x{c[1]}": read_bandwidth(gather, c, s)
+        for s in (True, False)
+        for c in CONFIGS
+    }
+    print(f"device {props.name}; copy bandwidth {res['copy_bw_Bps'] / 1e12:.3f} TB/s (read+write)")
+    print(f"launch floor (two dependent kernels, graph) {res['launch_floor_us']:.2f} us")
+    for k, v in res["read_bw_Bps"].items():
+        print(f"gather read bandwidth, 2 GiB, {k}: {v / 1e12:.3f} TB/s")
+    res["cases"] = []
+    print(
+        "\n| B | H | D | prefix | pages | floor us | gather graph us ("
+        + " / ".join(f"{a}x{b}" for a, b in CONFIGS)
+        + ") | ours graph us | ours loads only us | ours - best gather |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for spec in CASES:
+        b, h, d, prefix = spec[:4]
+        srt = len(spec) > 4 and spec[4] == "sorted"
+        case = Case(b, h, d, prefix, sorted_pages=srt)
+        row = {"B": b, "H": h, "D": d, "prefix": prefix, "sorted": srt, "layers": case.n_layers}
+        row["floor_us"] = case.kv_bytes / res["copy_bw_Bps"] * 1e6
+        row["gather_graph_us"] = [
+            graph_us(gather_layers(gather, case, c), case.n_layers, args.reps) for c in CONFIGS
+        ]
+        row["ours_graph_us"] = graph_us(case.ours, case.n_layers, args.reps)
+        # The default's loads-only twin (traits.h kVariants 12, H200 default 11 only): our
+        # kernel with the math skipped but the front, the epilogue and the merge kept.
+        if _C.variant_for_device(torch.cuda.current_device()) == 11:
+            case.ws.force_variant = 12
+            row["ours_loads_only_graph_us"] = graph_us(case.ours, case.n_layers, args.reps)
+            case.ws.force_variant = 0
+        best = min(row["gather_graph_us"])
+        res["cases"].append(row)
+        print(
+            f"| {b} | {h} | {d} | {prefix} | {'sorted' if srt else 'random'} | {row['floor_us']:.1f} | "
+            + " / ".join(f"{t:.1f}" for t in row["gather_graph_us"])
+            + f" | {row['ours_graph_us']:.1f} | {row.get('ours_loads_only_graph_us', float('nan')):.1f}"
+            + f" | {row['ours_graph_us'] - best:.1f} |",
+            flush=True,
+        )
+        del case
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
