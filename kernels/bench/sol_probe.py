@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import sys
+import warnings
 
 import torch
 
@@ -39,8 +40,24 @@ CASES = [
     (8, 8, 4, 91000),
     (1, 8, 4, 91000, "sorted"),
 ]
-# (CTAs per SM, threads): the first is our kernel's grid (one CTA an SM).
-CONFIGS = [(1, 256), (1, 512), (2, 512)]
+# Gather configurations, by name:
+#   "lsu PxT": P CTAs an SM of T threads, loads through the LSU; a warp keeps 8 rows (9 KB) in
+#     flight, so 256 threads ~ our 2 stages, 384 ~ 3 stages (110 KB an SM); at ~120 registers a
+#     thread two 512-thread CTAs do not fit one SM, so "lsu 2x512" runs in two waves;
+#   "coop": the same launched cooperatively, as our fused-merge kernel is;
+#   "bulk WwxS": one CTA an SM of W warps, each keeping S slots of 8 rows in flight through
+#     cp.async.bulk (the copy engine, as our kernel); W x S x 9 KB in flight an SM.
+CONFIGS = [
+    "lsu 1x256",
+    "lsu 1x384",
+    "lsu 1x512",
+    "lsu 2x512",
+    "coop 1x512",
+    "bulk 4wx3",
+    "bulk 4wx4",
+    "bulk 4wx5",
+    "bulk 8wx2",
+]
 
 GATHER_SRC = r"""
 // Rows [lo, hi) of the call's prefix rows (all requests back to back), this CTA's even share.
@@ -83,37 +100,118 @@ extern "C" __global__ void gather_rows(const int* __restrict__ kv_indptr, const 
 """
 
 
+BULK_SRC = r"""
+// The same rows through the copy engine, as our kernel streams them: one 1152-byte
+// cp.async.bulk a row into shared memory. Warp w owns `slots` slots of 8 rows, each completing
+// on its own mbarrier, and keeps them all in flight: it waits for its oldest slot, reads one
+// word a row from it, and refills the slot with its next group (whose pool indices it loaded
+// while the previous group was in flight).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+extern "C" __global__ void gather_bulk(const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                                       const char* __restrict__ pool, long long stride_bytes, int batch, int slots,
+                                       unsigned* __restrict__ out) {
+  extern __shared__ __align__(128) unsigned char sm[];
+  const int total = kv_indptr[batch] - kv_indptr[0];
+  const int per = (total + gridDim.x - 1) / gridDim.x;
+  const int lo = blockIdx.x * per, hi = min(lo + per, total);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int base = kv_indptr[0];
+  unsigned char* mine = sm + warp * slots * 9216;
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(sm + nw * slots * 9216) + warp * slots;
+  if (lane == 0)
+    for (int s = 0; s < slots; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + s)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncwarp();
+  const int first = lo + warp * 8;
+  const int groups = first < hi ? (hi - first + nw * 8 - 1) / (nw * 8) : 0;
+  int idx = first + lane < hi && lane < 8 ? kv_indices[base + first + lane] : 0;
+  auto issue = [&](int g) {
+    const int r0 = first + g * nw * 8, n = min(8, hi - r0);
+    const unsigned bar = smem_addr(bars + g % slots);
+    if (lane == 0) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n * 1152) : "memory");
+    __syncwarp();
+    if (lane < n)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1152, [%2];" ::"r"(
+                       smem_addr(mine + (g % slots) * 9216 + lane * 1152)),
+                   "l"(pool + idx * stride_bytes), "r"(bar)
+                   : "memory");
+    const int r1 = r0 + nw * 8;  // the next group's indices
+    idx = r1 + lane < hi && lane < 8 ? kv_indices[base + r1 + lane] : 0;
+  };
+  for (int g = 0; g < groups && g < slots; ++g) issue(g);
+  unsigned acc = 0u;
+  for (int g = 0; g < groups; ++g) {
+    const unsigned bar = smem_addr(bars + g % slots), parity = (g / slots) & 1;
+    unsigned done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (lane < 8) acc ^= *reinterpret_cast<const unsigned*>(mine + (g % slots) * 9216 + lane * 1152 + (g & 63) * 16);
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our read before the refill
+    if (g + slots < groups) issue(g + slots);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[blockIdx.x * nw + warp] = acc;
+}
+"""
+
+
 class Gather:
     def __init__(self):
         import cupy as cp
 
         self.cp = cp
         major, minor = torch.cuda.get_device_capability()
-        self.kern = cp.RawKernel(
-            GATHER_SRC, "gather_rows", options=(f"--gpu-architecture=sm_{major}{minor}",)
+        opts = (f"--gpu-architecture=sm_{major}{minor}",)
+        self.kern = cp.RawKernel(GATHER_SRC, "gather_rows", options=opts)
+        self.coop = cp.RawKernel(
+            GATHER_SRC, "gather_rows", options=opts, enable_cooperative_groups=True
         )
+        self.bulk = cp.RawKernel(BULK_SRC, "gather_bulk", options=opts)
+        self.bulk.max_dynamic_shared_size_bytes = 200 * 1024
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         self.out = torch.zeros(4 * self.sms * 32, dtype=torch.int32, device="cuda")
 
     def __call__(self, kv_indptr, kv_indices, pool, batch, config):
-        """One launch on torch's current stream (so a torch graph captures it)."""
+        """One launch of `config` (CONFIGS) on torch's current stream (a torch graph captures it)."""
         assert kv_indptr.dtype == torch.int32 and kv_indices.dtype == torch.int32
         assert pool.stride(0) * 2 % 16 == 0 and pool.data_ptr() % 16 == 0
-        per_sm, threads = config
+        kind, shape = config.split()
         cp = self.cp
-        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            self.kern(
-                (per_sm * self.sms,),
-                (threads,),
-                (
-                    cp.uint64(kv_indptr.data_ptr()),
-                    cp.uint64(kv_indices.data_ptr()),
-                    cp.uint64(pool.data_ptr()),
-                    cp.int64(pool.stride(0) * 2 // 16),
-                    cp.int32(batch),
-                    cp.uint64(self.out.data_ptr()),
-                ),
-            )
+        ptrs = (
+            cp.uint64(kv_indptr.data_ptr()),
+            cp.uint64(kv_indices.data_ptr()),
+            cp.uint64(pool.data_ptr()),
+        )
+        with warnings.catch_warnings():  # (ExternalStream: deprecated in newer CuPy, still there)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        with stream:
+            if kind == "bulk":
+                warps, slots = (int(x) for x in shape.split("wx"))
+                # per warp: slots x 9216 B of rows, then slots 8-byte mbarriers
+                smem = warps * slots * (9216 + 8)
+                args = (cp.int64(pool.stride(0) * 2), cp.int32(batch), cp.int32(slots))
+                self.bulk(
+                    (self.sms,),
+                    (32 * warps,),
+                    ptrs + args + (cp.uint64(self.out.data_ptr()),),
+                    shared_mem=smem,
+                )
+            else:
+                per_sm, threads = (int(x) for x in shape.split("x"))
+                kern = self.coop if kind == "coop" else self.kern
+                args = (cp.int64(pool.stride(0) * 2 // 16), cp.int32(batch))
+                kern(
+                    (per_sm * self.sms,),
+                    (threads,),
+                    ptrs + args + (cp.uint64(self.out.data_ptr()),),
+                )
 
 
 def graph_us(call, n_layers, reps):
@@ -172,7 +270,7 @@ def main():
     res["copy_bw_Bps"] = copy_bandwidth()
     res["launch_floor_us"] = launch_floor_us()
     res["read_bw_Bps"] = {
-        f"{'sorted' if s else 'random'} {c[0]}x{c[1]}": read_bandwidth(gather, c, s)
+        f"{'sorted' if s else 'random'} {c}": read_bandwidth(gather, c, s)
         for s in (True, False)
         for c in CONFIGS
     }
@@ -183,7 +281,7 @@ def main():
     res["cases"] = []
     print(
         "\n| B | H | D | prefix | pages | floor us | gather graph us ("
-        + " / ".join(f"{a}x{b}" for a, b in CONFIGS)
+        + " / ".join(CONFIGS)
         + ") | ours graph us | ours loads only us | ours - best gather |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
