@@ -363,7 +363,7 @@ def main():
                 if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
                     continue
                 key = f"stages{stages}{'_pipe' if pipe else ''}"
-                key += {0: "", 2: "_loadonly", 4: "_mathonly", 16: "_warm"}[mode]
+                key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
                 key += f"_{loaders}lw" if loaders > 1 else ""
                 try:
                     variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]

@@ -76,8 +76,8 @@ constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
-                                       {3, false, 2, 2},  {3, false, 4, 2},  {3, false, 16, 2}};
-constexpr int kNumVariants = 15;
+                                       {3, false, 2, 2},  {3, false, 4, 2}};
+constexpr int kNumVariants = 14;
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer

@@ -324,18 +324,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
 }
 
-// The launch's parameters are constant memory this SM has not read yet: touching one field of
-// every 32 bytes of them loads their cache lines (their XOR goes to a shared word nobody reads,
-// so the loads stay, and stay where they are). Called before griddepcontrol.wait, while the
-// previous grid drains, so the dependent chain after it does not miss on them.
-__device__ __forceinline__ void warm_params(const VerifyParams& p, uint32_t* sink) {
-  auto lo = [](auto v) { return static_cast<uint32_t>((unsigned long long)(v)); };
-  const uint32_t x = lo(p.q) ^ lo(p.k_ext_stride) ^ lo(p.o_stride_t) ^ lo(p.lse_stride_t) ^ lo(p.mask) ^
-                     lo(p.num_tokens) ^ lo(p.sched) ^ lo(p.num_ctas) ^ lo(p.trace);
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(sink))), "r"(x)
-               : "memory");
-}
-
 // Diagnostic timestamps (trace variants only, traits.h kTraceSlots): point k of trace row `row`.
 template <bool kOn>
 __device__ __forceinline__ void trace_point(const VerifyParams& p, int row, int k) {

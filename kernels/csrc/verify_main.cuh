@@ -103,7 +103,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
-  constexpr bool kWarm = (kMode & 16) != 0;  // experiment: warm the parameters' cache lines
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -148,8 +147,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   if (tid == 0) trace_begin<kTrace>(p, cta);
-  __shared__ uint32_t warm_sink;
-  if (kWarm && tid == 0) warm_params(p, &warm_sink);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
