@@ -50,8 +50,8 @@ struct VerifyParams {
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
   int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
-  unsigned long long* sync;  // [1 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
-                             // ended, one flag per partial slot (verify_common.cuh)
+  unsigned long long* sync;  // [2 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
+                             // ended, one flag per partial slot, merge tickets (verify_common.cuh)
   int num_ctas;     // grid of the main kernel
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
                     // cooperative launch) and no combine kernel runs; 0: the combine kernel does

@@ -76,10 +76,13 @@ constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
-                                       {3, false, 2, 2},  {3, false, 4, 2}};
-constexpr int kNumVariants = 14;
+                                       {3, false, 2, 2},  {3, false, 4, 2},  {3, false, 32, 2}};
+constexpr int kNumVariants = 15;
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
+// Experiment: a call with one cut segment merges it in n - min(8, n / 4) slices taken by its
+// first CTAs to publish (tickets), so the last ones (often the slow SMs) skip the merge.
+constexpr int kModeTicket = 32;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.

@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
+  constexpr bool kTicket = (kMode & kModeTicket) != 0;
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     int c0, n;      // the segment's first CTA and its number of CTAs (parts)
     int qo_begin;   // its request's first draft token
     int row0, rows;  // its M-tile's first row and valid rows (<= 32)
+    int k, ns;       // the slice of the merge this CTA takes (k >= ns: none) of ns
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
@@ -676,7 +678,13 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       const int c0 = math_walk.seg_start / sch.units_per_cta;
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
       publish_part(&p.sync[1 + slot], ready);
-      cuts[num_cuts] = Cut{c0, c1 - c0 + 1, req.qo_begin, row0, min(req.rows - row0, T::kBlockM)};
+      const int n = c1 - c0 + 1;
+      int k = cta - c0, ns = n;
+      if (kTicket && math_walk.seg_start == 0 && math_walk.seg_units == sch.total_units) {
+        k = merge_ticket(p.sync, p.num_ctas, n);  // the call's only cut segment
+        ns = n - min(8, n / 4);
+      }
+      cuts[num_cuts] = Cut{c0, n, req.qo_begin, row0, min(req.rows - row0, T::kBlockM), k, ns};
       ++num_cuts;
       trace_point<kTrace>(p, cta, 16);
     }
@@ -698,8 +706,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     for (int i = 0; i < num_cuts; ++i) {
       const Cut c = cuts[i];
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 19);
-      merge_staged<kTrace>(p, c.c0, c.n, cta - c.c0, c.rows, c.row0, c.qo_begin, merge_ready, merge_seen, smem,
-                           red_s, smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
+      if (c.k < c.ns)
+        merge_staged<kTrace>(p, c.c0, c.n, c.k, c.ns, c.rows, c.row0, c.qo_begin, merge_ready, merge_seen, smem,
+                             red_s, smem_u32(&merge_bar), merge_phase, [] { math_sync(); });
       if (kTrace && tid == 0 && i == 0) trace_point<kTrace>(p, cta, 20);
     }
     if (tid == 0) {

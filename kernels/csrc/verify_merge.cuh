@@ -121,9 +121,10 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
     p.lse[t * p.lse_stride_t + h] = acc.l > 0.f ? (acc.m + __log2f(acc.l)) * 0.69314718055994530942f : -CUDART_INF_F;
 }
 
-// The fused merge, staged (verify_main.cuh): CTA k of a cut segment's n merges elements
-// [e_lo, e_hi) of the segment's rows x 512 outputs (row-major like a partial slot; a multiple
-// of 8 elements each side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
+// The fused merge, staged (verify_main.cuh): the segment's n parts are merged in ns slices
+// (ns <= n, at most 4/3 of an n-th each); this CTA merges slice k, elements [e_lo, e_hi) of the
+// segment's rows x 512 outputs (row-major like a partial slot; a multiple of 8 elements each
+// side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
 // part's flag reads `ready` (verify_common.cuh; warps poll the flags 32 at a time and post them
 // in `seen`, zeros on entry and left zero), then issues one bulk copy of that range of the
 // part into shared memory `stage` (n ranges back to back, completing on mbarrier `bar`) and
@@ -135,13 +136,13 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // for this use (flipped here). All 256 math threads call this the same number of times; `sync`
 // is their barrier.
 template <bool kTrace, class Sync>
-__device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int rows, int row0,
+__device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int n, int k, int ns, int rows, int row0,
                                              int qo_begin, unsigned long long ready, uint32_t* seen, uint8_t* stage,
                                              float* wbuf, uint32_t bar, uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int units = rows * (T::kHeadDimV / 8);  // 8-element granules of the segment
-  const int g_lo = k * units / n, g_hi = (k + 1) * units / n, ng = g_hi - g_lo;
+  const int g_lo = k * units / ns, g_hi = (k + 1) * units / ns, ng = g_hi - g_lo;
   if (ng == 0) return;  // (uniform: k and n are the same for the whole CTA)
   const int e_lo = g_lo * 8, len = ng * 8;
   const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;

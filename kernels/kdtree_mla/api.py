@@ -240,9 +240,9 @@ class VerifyWorkspace:
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
         # Fused merge handshakes: CTAs ended over all fused calls (num_ctas a call, so the
         # call's number is known to every CTA), one flag per partial slot (the number of the
-        # call that stored it, + 1); zeros here, the kernel keeps them consistent itself
-        # (csrc/verify_common.cuh).
-        self.sync = torch.zeros((1 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
+        # call that stored it, + 1), then a merge-ticket word (0 between calls); zeros here,
+        # the kernel keeps them consistent itself (csrc/verify_common.cuh).
+        self.sync = torch.zeros((2 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.

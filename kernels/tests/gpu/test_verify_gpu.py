@@ -230,6 +230,26 @@ def test_every_kernel_variant(variant, heads):
     check(inp, ws2)
 
 
+@pytest.mark.parametrize("prefix", [1000, 5700, 23000, 91000])
+def test_merge_tickets_variant(prefix):
+    """Experiment variant 14 (traits.h kModeTicket): a call's one cut segment is merged in
+    slices taken by its first CTAs to publish. Correct, the same bits on every call whatever
+    the publish order, and the ticket word back to 0 after each call."""
+    inp = make_inputs([prefix], [4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    ws.force_variant = 14
+    if refused_if_too_big(inp, ws):
+        return
+    check(inp, ws)
+    assert_merge_state(ws, calls=1)
+    first, _ = run_kernel(inp, ws)
+    for calls in range(3, 8):
+        again, _ = run_kernel(inp, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(again, first), "the merge's result depends on the publish order"
+        assert_merge_state(ws, calls=calls)
+
+
 @pytest.mark.parametrize("heads", [8, 64])
 @pytest.mark.parametrize("variant", [0, 9, 11])
 def test_rising_logits_rescale_the_output(variant, heads):
@@ -279,8 +299,9 @@ def assert_merge_state(ws, calls: int) -> None:
     last call's flags among them."""
     sync = ws.sync.cpu()
     assert int(sync[0]) == calls * ws.num_ctas, f"{int(sync[0])} CTA ends after {calls} calls"
-    flags = sync[1:]
+    flags = sync[1 : 1 + 2 * ws.num_ctas]
     assert int(flags.min()) >= 0 and int(flags.max()) <= calls
+    assert int(sync[1 + 2 * ws.num_ctas]) == 0, "the merge-ticket word is 0 between calls"
 
 
 @pytest.mark.parametrize(
