@@ -561,6 +561,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       release(base + blk);
     };
 
+    // Merge tickets (kTicket): this piece is the call's only segment, cut into ticket_n parts.
+    static_assert(!kTicket || (kMath && !kPipe), "tickets are taken in the plain loop");
+    int ticket = 0, ticket_n = 0;
+    if (kTicket && p.fused && math_walk.seg_start == 0 && math_walk.seg_units == sch.total_units &&
+        !(math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units))
+      ticket_n = min((math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) + 1;
     if constexpr (!kMath) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
@@ -569,6 +575,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     } else if constexpr (!kPipe) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
+        // The merge ticket is taken as the last block lands, so its round trip runs under
+        // that block's math (the order of tickets is then the order of last blocks).
+        if (kTicket && tid == 0 && i == nb - 1 && ticket_n > 0) ticket = merge_ticket(p.sync, p.num_ctas, ticket_n);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
@@ -680,8 +689,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       publish_part(&p.sync[1 + slot], ready);
       const int n = c1 - c0 + 1;
       int k = cta - c0, ns = n;
-      if (kTicket && math_walk.seg_start == 0 && math_walk.seg_units == sch.total_units) {
-        k = merge_ticket(p.sync, p.num_ctas, n);  // the call's only cut segment
+      if (kTicket && ticket_n > 0) {  // the call's only cut segment (ticket_n == n)
+        k = ticket;
         ns = n - min(8, n / 4);
       }
       cuts[num_cuts] = Cut{c0, n, req.qo_begin, row0, min(req.rows - row0, T::kBlockM), k, ns};
