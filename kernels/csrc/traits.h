@@ -40,6 +40,10 @@ struct VerifyTraits {
   static constexpr int kIdxAhead = kIdxRingBlocks - 1;  // index prefetch distance (blocks)
   static constexpr int kIdxBytes = kIdxRingBlocks * kBlockN * 8;
   static constexpr int kMaxBatch = 4096;  // scheduler scan lives in the (>= 20 KB) red buffer
+  // Merge tickets (verify_main.cuh ticketed): a call whose only cut segment has n >=
+  // kTicketMinParts parts merges it in n - kTicketSkip slices, taken by its first CTAs to finish.
+  static constexpr int kTicketMinParts = 64;
+  static constexpr int kTicketSkip = 8;
 
   static_assert(kHeadDim % (16 * kKGroups) == 0, "k-groups must split 576 evenly");
   static_assert(kMathWarps == 2 * kKGroups, "warp grid: 2 row halves x 4 k-groups");
@@ -76,13 +80,10 @@ constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
-                                       {3, false, 2, 2},  {3, false, 4, 2},  {3, false, 32, 2}};
-constexpr int kNumVariants = 15;
+                                       {3, false, 2, 2},  {3, false, 4, 2}};
+constexpr int kNumVariants = 14;
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
 constexpr int kModeTrace = 8;
-// Experiment: a call with one cut segment merges it in n - min(8, n / 4) slices taken by its
-// first CTAs to publish (tickets), so the last ones (often the slow SMs) skip the merge.
-constexpr int kModeTicket = 32;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.

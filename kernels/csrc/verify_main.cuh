@@ -85,6 +85,18 @@ struct PieceWalk {
   }
 };
 
+// Merge tickets: when a piece is the call's only segment, cut into n >= kTicketMinParts parts
+// (B = 1 with at most 32 rows, from ~5.7k on 132 SMs), its merge is done in n - kTicketSkip
+// slices, taken by the first CTAs to issue their last copies (verify_common.cuh merge_ticket):
+// the last ones, most often on the slow SMs (docs/kernel-benchmarks.md, session 6), publish
+// and leave. A slice is computed the same way whoever takes it, so the output does not depend
+// on the order. Below kTicketMinParts parts the larger slices cost more than the last CTAs'
+// merge (session 8). Both roles decide it from their own walk of the same piece.
+__device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch, int n) {
+  return w.seg_start == 0 && w.seg_units == sch.total_units && !(w.unit_lo == 0 && w.unit_hi == w.seg_units) &&
+         n >= T::kTicketMinParts;
+}
+
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
 // load warp: 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
@@ -103,7 +115,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
-  constexpr bool kTicket = (kMode & kModeTicket) != 0;
+  constexpr bool kTicket = kMath && !kPipe;  // merge tickets (below, and verify_common.cuh)
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -140,6 +152,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
+  __shared__ uint32_t merge_ticket_s;  // this CTA's merge ticket once taken, else ~0u (int -1)
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
@@ -155,6 +168,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
     mbar_init(smem_u32(&merge_bar), 1);
+    merge_ticket_s = ~0u;
     for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
@@ -339,6 +353,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       cp_async_wait<0>();
     } while (w.next(p));
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);
+    // Merge ticket (ticketed below): taken as this CTA's last copies are issued, its round trip
+    // under the last blocks' math, so the tickets' order is about the order the CTAs finish.
+    if (kTicket && lw == 0 && lane == 0 && p.fused) {
+      const int n = min((w.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) + 1;
+      if (ticketed(w, sch, n)) st_shared_release(&merge_ticket_s, static_cast<uint32_t>(merge_ticket(p.sync, p.num_ctas, n)));
+    }
     return;
   }
 
@@ -561,12 +581,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       release(base + blk);
     };
 
-    // Merge tickets (kTicket): this piece is the call's only segment, cut into ticket_n parts.
-    static_assert(!kTicket || (kMath && !kPipe), "tickets are taken in the plain loop");
-    int ticket = 0, ticket_n = 0;
-    if (kTicket && p.fused && math_walk.seg_start == 0 && math_walk.seg_units == sch.total_units &&
-        !(math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units))
-      ticket_n = min((math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) + 1;
     if constexpr (!kMath) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
@@ -575,9 +589,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     } else if constexpr (!kPipe) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
-        // The merge ticket is taken as the last block lands, so its round trip runs under
-        // that block's math (the order of tickets is then the order of last blocks).
-        if (kTicket && tid == 0 && i == nb - 1 && ticket_n > 0) ticket = merge_ticket(p.sync, p.num_ctas, ticket_n);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
@@ -689,9 +700,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       publish_part(&p.sync[1 + slot], ready);
       const int n = c1 - c0 + 1;
       int k = cta - c0, ns = n;
-      if (kTicket && ticket_n > 0) {  // the call's only cut segment (ticket_n == n)
-        k = ticket;
-        ns = n - min(8, n / 4);
+      if (kTicket && ticketed(math_walk, sch, n)) {  // the load warp took this CTA's ticket
+        int t;
+        while ((t = static_cast<int>(ld_shared_acquire(&merge_ticket_s))) < 0) {
+        }
+        k = t;
+        ns = n - T::kTicketSkip;
       }
       cuts[num_cuts] = Cut{c0, n, req.qo_begin, row0, min(req.rows - row0, T::kBlockM), k, ns};
       ++num_cuts;

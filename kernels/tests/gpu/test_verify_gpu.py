@@ -230,14 +230,16 @@ def test_every_kernel_variant(variant, heads):
     check(inp, ws2)
 
 
+@pytest.mark.parametrize("variant", [0, 9])
 @pytest.mark.parametrize("prefix", [1000, 5700, 23000, 91000])
-def test_merge_tickets_variant(prefix):
-    """Experiment variant 14 (traits.h kModeTicket): a call's one cut segment is merged in
-    slices taken by its first CTAs to publish. Correct, the same bits on every call whatever
-    the publish order, and the ticket word back to 0 after each call."""
+def test_merge_tickets(prefix, variant):
+    """A call's only cut segment, in 64 parts or more (5.7k and longer on 132 SMs; 1000 stays
+    below), is merged in slices taken by its first CTAs to reach their last block (traits.h
+    kTicketMinParts). Correct, the same bits on every call whatever that order, and the ticket
+    word back to 0 after each call."""
     inp = make_inputs([prefix], [4], 8, device="cuda", seed=fresh_seed())
     ws = workspace(inp)
-    ws.force_variant = 14
+    ws.force_variant = variant
     if refused_if_too_big(inp, ws):
         return
     check(inp, ws)
