@@ -41,7 +41,8 @@ struct VerifyTraits {
   static constexpr int kIdxBytes = kIdxRingBlocks * kBlockN * 8;
   static constexpr int kMaxBatch = 4096;  // scheduler scan lives in the (>= 20 KB) red buffer
   // Merge tickets (verify_main.cuh ticketed): a call whose only cut segment has n >=
-  // kTicketMinParts parts merges it in n - kTicketSkip slices, taken by its first CTAs to finish.
+  // kTicketMinParts parts merges it in n - kTicketSkip slices, taken by its first CTAs whose last
+  // block lands.
   static constexpr int kTicketMinParts = 64;
   static constexpr int kTicketSkip = 8;
 

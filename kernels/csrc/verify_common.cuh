@@ -268,7 +268,7 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
   return v;
 }
 // Merge tickets (verify_main.cuh ticketed): the word after the flags counts the CTAs of a call's
-// one cut segment that have issued their last copies, wrapping to 0 at its n-th (atom.inc), so
+// one cut segment whose last block has landed, wrapping to 0 at its n-th (atom.inc), so
 // it is 0 between calls and the tickets of a call are 0 .. n-1 in that order.
 __device__ __forceinline__ int merge_ticket(unsigned long long* sync, int num_ctas, int n) {
   return static_cast<int>(atomicInc(reinterpret_cast<unsigned*>(sync + 1 + 2 * num_ctas), static_cast<unsigned>(n - 1)));

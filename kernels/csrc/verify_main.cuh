@@ -87,7 +87,7 @@ struct PieceWalk {
 
 // Merge tickets: when a piece is the call's only segment, cut into n >= kTicketMinParts parts
 // (B = 1 with at most 32 rows, from ~5.7k on 132 SMs), its merge is done in n - kTicketSkip
-// slices, taken by the first CTAs to issue their last copies (verify_common.cuh merge_ticket):
+// slices, taken by the first CTAs whose last block lands (verify_common.cuh merge_ticket):
 // the last ones, most often on the slow SMs (docs/kernel-benchmarks.md, session 6), publish
 // and leave. A slice is computed the same way whoever takes it, so the output does not depend
 // on the order. Below kTicketMinParts parts the larger slices cost more than the last CTAs'
@@ -353,11 +353,15 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       cp_async_wait<0>();
     } while (w.next(p));
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);
-    // Merge ticket (ticketed below): taken as this CTA's last copies are issued, its round trip
-    // under the last blocks' math, so the tickets' order is about the order the CTAs finish.
+    // Merge ticket (ticketed above): taken once the last block has landed, its round trip under
+    // that block's math, so the tickets' order is about the order the CTAs finish. (Issuing the
+    // last copies is no such sign at short lengths: it comes before the first block lands.)
     if (kTicket && lw == 0 && lane == 0 && p.fused) {
       const int n = min((w.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) + 1;
-      if (ticketed(w, sch, n)) st_shared_release(&merge_ticket_s, static_cast<uint32_t>(merge_ticket(p.sync, p.num_ctas, n)));
+      if (ticketed(w, sch, n)) {
+        mbar_wait(smem_u32(&full_bar[(elem - 1) % kStages]), ((elem - 1) / kStages) & 1);
+        st_shared_release(&merge_ticket_s, static_cast<uint32_t>(merge_ticket(p.sync, p.num_ctas, n)));
+      }
     }
     return;
   }
