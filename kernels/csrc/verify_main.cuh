@@ -91,7 +91,7 @@ struct PieceWalk {
 // the last ones, most often on the slow SMs (docs/kernel-benchmarks.md, session 6), publish
 // and leave. A slice is computed the same way whoever takes it, so the output does not depend
 // on the order. Below kTicketMinParts parts the larger slices cost more than the last CTAs'
-// merge (session 8). Both roles decide it from their own walk of the same piece.
+// merge (session 8).
 __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch, int n) {
   return w.seg_start == 0 && w.seg_units == sch.total_units && !(w.unit_lo == 0 && w.unit_hi == w.seg_units) &&
          n >= T::kTicketMinParts;
@@ -115,7 +115,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
-  constexpr bool kTicket = kMath && !kPipe;  // merge tickets (below, and verify_common.cuh)
+  // Merge tickets (ticketed above): the plain loop with the math, 3 stages or more (the H200's
+  // variants; on sm_120's 2-stage one the ticket's register tipped it into a spill).
+  constexpr bool kTicket = kMath && !kPipe && kStages >= 3;
   constexpr uint32_t kRowBytes = T::kHeadDim * 2;  // one KV or Q row
   static_assert(!kPipe || kStages >= 3, "the pipelined loop keeps two blocks resident");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -152,7 +154,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
-  __shared__ uint32_t merge_ticket_s;  // this CTA's merge ticket once taken, else ~0u (int -1)
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
@@ -168,7 +169,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
     mbar_init(smem_u32(&merge_bar), 1);
-    merge_ticket_s = ~0u;
     for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
@@ -353,16 +353,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       cp_async_wait<0>();
     } while (w.next(p));
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);
-    // Merge ticket (ticketed above): taken once the last block has landed, its round trip under
-    // that block's math, so the tickets' order is about the order the CTAs finish. (Issuing the
-    // last copies is no such sign at short lengths: it comes before the first block lands.)
-    if (kTicket && lw == 0 && lane == 0 && p.fused) {
-      const int n = min((w.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) + 1;
-      if (ticketed(w, sch, n)) {
-        mbar_wait(smem_u32(&full_bar[(elem - 1) % kStages]), ((elem - 1) / kStages) & 1);
-        st_shared_release(&merge_ticket_s, static_cast<uint32_t>(merge_ticket(p.sync, p.num_ctas, n)));
-      }
-    }
     return;
   }
 
@@ -585,6 +575,15 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       release(base + blk);
     };
 
+    // This piece's merge ticket (ticketed above), if it takes one: thread 0 takes it as the
+    // last block lands, so its round trip runs under that block's math and the tickets' order
+    // is about the order the CTAs finish.
+    int ticket = 0, ticket_n = 0;
+    if (kTicket && p.fused) {
+      const int n = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) -
+                    math_walk.seg_start / sch.units_per_cta + 1;
+      if (ticketed(math_walk, sch, n)) ticket_n = n;
+    }
     if constexpr (!kMath) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
@@ -593,6 +592,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     } else if constexpr (!kPipe) {
       for (int i = 0; i < nb; ++i) {
         wait_full(base + i);
+        if (kTicket && tid == 0 && i == nb - 1 && ticket_n > 0) ticket = merge_ticket(p.sync, p.num_ctas, ticket_n);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
@@ -704,11 +704,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       publish_part(&p.sync[1 + slot], ready);
       const int n = c1 - c0 + 1;
       int k = cta - c0, ns = n;
-      if (kTicket && ticketed(math_walk, sch, n)) {  // the load warp took this CTA's ticket
-        int t;
-        while ((t = static_cast<int>(ld_shared_acquire(&merge_ticket_s))) < 0) {
-        }
-        k = t;
+      if (kTicket && ticket_n > 0) {  // the call's only cut segment (ticket_n == n)
+        k = ticket;
         ns = n - T::kTicketSkip;
       }
       cuts[num_cuts] = Cut{c0, n, req.qo_begin, row0, min(req.rows - row0, T::kBlockM), k, ns};

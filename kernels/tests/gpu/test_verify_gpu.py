@@ -234,9 +234,10 @@ def test_every_kernel_variant(variant, heads):
 @pytest.mark.parametrize("prefix", [1000, 5700, 23000, 91000])
 def test_merge_tickets(prefix, variant):
     """A call's only cut segment, in 64 parts or more (5.7k and longer on 132 SMs; 1000 stays
-    below), is merged in slices taken by its first CTAs to reach their last block (traits.h
-    kTicketMinParts). Correct, the same bits on every call whatever that order, and the ticket
-    word back to 0 after each call."""
+    below), is merged in slices taken by its first CTAs whose last block lands (traits.h
+    kTicketMinParts; the H200's default variant, 0 here; sm_120's, 9, keeps one slice a part).
+    Correct, the same bits on every call whatever that order, and the ticket word back to 0
+    after each call."""
     inp = make_inputs([prefix], [4], 8, device="cuda", seed=fresh_seed())
     ws = workspace(inp)
     ws.force_variant = variant
