@@ -32,7 +32,8 @@
 // which is why there are 8 math warps.
 // With p.fused (a cooperative grid of at most one CTA an SM) the math warps then merge the
 // segments their CTA cut together with the segments' other CTAs (end of the kernel); else
-// the combine kernel does, after this grid.
+// the combine kernel does, after this grid. A call whose only cut segment has many parts
+// hands its merge's slices out by ticket (ticketed, below), so the last CTAs need not merge.
 #pragma once
 
 #include "verify_merge.cuh"
