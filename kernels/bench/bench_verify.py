@@ -198,21 +198,27 @@ class Case:
         )
 
 
-def time_modes(call, n_layers, reps):
-    """(graph us/call, eager us/call): one pass over all layers per repetition."""
-    for i in range(n_layers):
-        call(i)
-    torch.cuda.synchronize()
-    eager = events_ms(lambda: [call(i) for i in range(n_layers)], reps)
+def graph_us(call, n_layers, reps):
+    """Graph us/call: one graph holding one call per layer, median over `reps` replays (the
+    calls must have run once already: capture does no first-call set-up)."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for i in range(n_layers):
             call(i)
     g.replay()
     torch.cuda.synchronize()
-    graph = events_ms(g.replay, reps)
+    t = statistics.median(events_ms(g.replay, reps)) * 1e3 / n_layers
     del g
-    return (statistics.median(graph) * 1e3 / n_layers, statistics.median(eager) * 1e3 / n_layers)
+    return t
+
+
+def time_modes(call, n_layers, reps):
+    """(graph us/call, eager us/call): one pass over all layers per repetition."""
+    for i in range(n_layers):
+        call(i)
+    torch.cuda.synchronize()
+    eager = events_ms(lambda: [call(i) for i in range(n_layers)], reps)
+    return graph_us(call, n_layers, reps), statistics.median(eager) * 1e3 / n_layers
 
 
 def launch_floor_us(n=64, reps=50) -> float:

@@ -30,16 +30,17 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_verify import Case, copy_bandwidth, events_ms, launch_floor_us  # noqa: E402
+from bench_verify import (  # noqa: E402
+    DEFAULT_CASES,
+    Case,
+    copy_bandwidth,
+    events_ms,
+    graph_us,
+    launch_floor_us,
+)
 
-CASES = [
-    (1, 8, 4, 0),
-    (1, 8, 4, 5700),
-    (1, 8, 4, 23000),
-    (1, 8, 4, 91000),
-    (8, 8, 4, 91000),
-    (1, 8, 4, 91000, "sorted"),
-]
+# bench_verify's B=1 H=8 cases (empty, 5.7k, 23k, 91k, 91k sorted) and B=8 91k.
+CASES = [DEFAULT_CASES[i] for i in (0, 2, 3, 4, 5, 10)]
 # Gather configurations, by name:
 #   "lsu PxT": P CTAs an SM of T threads, loads through the LSU; a warp keeps 8 rows (9 KB) in
 #     flight, so 256 threads ~ our 2 stages, 384 ~ 3 stages (110 KB an SM); at ~120 registers a
@@ -214,20 +215,12 @@ class Gather:
                 )
 
 
-def graph_us(call, n_layers, reps):
-    """Graph time per call: one call per layer in one graph, median over replays."""
+def warm_graph_us(call, n_layers, reps):
+    """bench_verify.graph_us after one eager pass over the layers."""
     for i in range(n_layers):
         call(i)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n_layers):
-            call(i)
-    g.replay()
-    torch.cuda.synchronize()
-    t = statistics.median(events_ms(g.replay, reps)) * 1e3 / n_layers
-    del g
-    return t
+    return graph_us(call, n_layers, reps)
 
 
 def read_bandwidth(gather, config, sorted_rows, reps=20):
@@ -292,14 +285,14 @@ def main():
         row = {"B": b, "H": h, "D": d, "prefix": prefix, "sorted": srt, "layers": case.n_layers}
         row["floor_us"] = case.kv_bytes / res["copy_bw_Bps"] * 1e6
         row["gather_graph_us"] = [
-            graph_us(gather_layers(gather, case, c), case.n_layers, args.reps) for c in CONFIGS
+            warm_graph_us(gather_layers(gather, case, c), case.n_layers, args.reps) for c in CONFIGS
         ]
-        row["ours_graph_us"] = graph_us(case.ours, case.n_layers, args.reps)
+        row["ours_graph_us"] = warm_graph_us(case.ours, case.n_layers, args.reps)
         # The default's loads-only twin (traits.h kVariants 12, H200 default 11 only): our
         # kernel with the math skipped but the front, the epilogue and the merge kept.
         if _C.variant_for_device(torch.cuda.current_device()) == 11:
             case.ws.force_variant = 12
-            row["ours_loads_only_graph_us"] = graph_us(case.ours, case.n_layers, args.reps)
+            row["ours_loads_only_graph_us"] = warm_graph_us(case.ours, case.n_layers, args.reps)
             case.ws.force_variant = 0
         best = min(row["gather_graph_us"])
         res["cases"].append(row)
