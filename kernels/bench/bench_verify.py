@@ -268,6 +268,11 @@ def main():
         default=0,
         help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
     )
+    ap.add_argument(
+        "--cold-code",
+        action="store_true",
+        help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
+    )
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -307,6 +312,11 @@ def main():
     res["triton"] = triton_note
     print(f"triton: {triton_note}", flush=True)
 
+    evict = None
+    if args.cold_code:
+        from code_evict import CodeEvictor
+
+        evict = CodeEvictor(trigger=True)
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
         if picked is not None and ci not in picked:
@@ -326,6 +336,12 @@ def main():
             "flops": case.flops,
         }
         row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
+        if evict is not None:
+            # Code cold, as a model step's other kernels leave it: graph(evictor + ours) -
+            # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
+            both = graph_us(lambda i, c=case: (evict(), c.ours(i)), case.n_layers, args.reps)
+            alone = graph_us(lambda i: evict(), case.n_layers, args.reps)
+            row["ours_graph_cold_code_us"] = both - alone
         if b * prefix <= 200_000:
             from kdtree_mla.ref import verify_attention_ref
 
@@ -403,7 +419,7 @@ def main():
 
     print(
         "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
-        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us |"
+        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
@@ -414,7 +430,8 @@ def main():
             f"{r['combine_only_graph_us']:.1f} | "
             f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
             f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
-            f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} |"
+            f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} | "
+            f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} |"
         )
     if variant_keys:
         print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")

@@ -235,11 +235,25 @@ def main():
         "--split", action="store_true", help="merge in the combine kernel (split_combine)"
     )
     ap.add_argument("--ctas", action="store_true", help="per-CTA spread and its SMs (cta_spread)")
+    ap.add_argument(
+        "--evict-code",
+        action="store_true",
+        help="bench/code_evict.py's kernel before every call: our code cold, as in a model step",
+    )
 
     args = ap.parse_args()
     ext = api.load()
     variant = traced_variant(ext) if args.variant is None else args.variant
     rows, slots, crow = ext.TRACE_ROWS, ext.TRACE_SLOTS, ext.TRACE_COMBINE_ROW
+    if args.evict_code:
+        from code_evict import CodeEvictor
+
+        evict = CodeEvictor(trigger=True)
+    else:
+
+        def evict():
+            pass
+
     results = []
     for ci in (int(x) for x in args.cases.split(",")):
         b, h, d, prefix, *flags = DEFAULT_CASES[ci]
@@ -255,11 +269,13 @@ def main():
             bufs.append(ws.trace)
 
         for i in range(n):
+            evict()
             case.ours(i, wss[i])
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(n):
+                evict()
                 case.ours(i, wss[i])
         per_rep = []
         for r in range(args.reps + 2):
