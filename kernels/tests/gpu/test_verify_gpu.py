@@ -305,9 +305,7 @@ def assert_merge_state(ws, calls: int) -> None:
     flags = sync[1 : 1 + 2 * ws.num_ctas]
     assert int(flags.min()) >= 0 and int(flags.max()) <= calls
     # (low half: merge tickets; high half: CTA order, verify_common.cuh)
-    assert int(sync[1 + 2 * ws.num_ctas]) == 0, (
-        "the merge-ticket and CTA-order word is 0 between calls"
-    )
+    assert int(sync[1 + 2 * ws.num_ctas]) == 0, "the merge-ticket and CTA-order word is 0 between calls"
 
 
 @pytest.mark.parametrize(
