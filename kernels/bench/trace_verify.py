@@ -93,10 +93,8 @@ def traced_variant(ext) -> int:
     raise SystemExit("no traced twin of the device's default variant; pass --variant")
 
 
-def analyse(traces, num_ctas, crow, clock_ghz, place_slot=None):
-    """Intervals (us) of each layer from the host copies of its trace buffers. "CTA 0" is the
-    CTA whose place in the schedule is 0 (trace slot `place_slot`; fused calls take places in
-    CTA order, verify_main.cuh), else row 0."""
+def analyse(traces, num_ctas, crow, clock_ghz):
+    """Intervals (us) of each layer from the host copies of its trace buffers."""
     out = []
     prev_end = None
     starts = []
@@ -117,15 +115,11 @@ def analyse(traces, num_ctas, crow, clock_ghz, place_slot=None):
         comb_vis = min(int(g[r, 1]) for r in comb) if comb else None
         comb_end = max(int(g[r, 3]) for r in comb) if comb else main_end
 
-        c0 = 0
-        if place_slot is not None:
-            c0 = next((i for i in range(num_ctas) if int(main[i, place_slot]) == 1), 0)
-
-        def cyc(a, b, row=c0, c=c):
+        def cyc(a, b, row=0, c=c):
             ca, cb = c[row, a], c[row, b]
             return float(cb - ca) / clock_ghz / 1e3 if ca and cb else float("nan")
 
-        nblk = int(tr[c0, 14])
+        nblk = int(tr[0, 14])
         pubs = [int(main[i, 16]) for i in active if main[i, 16] != 0]
         row = {
             "gap": (start - prev_end) / 1e3 if prev_end else nan,
@@ -251,7 +245,6 @@ def main():
     ext = api.load()
     variant = traced_variant(ext) if args.variant is None else args.variant
     rows, slots, crow = ext.TRACE_ROWS, ext.TRACE_SLOTS, ext.TRACE_COMBINE_ROW
-    place_slot = getattr(ext, "TRACE_PLACE_SLOT", None)  # (absent in builds before session 9)
     if args.evict_code:
         from code_evict import CodeEvictor
 
@@ -294,9 +287,7 @@ def main():
         samples = [
             row
             for traces in per_rep
-            for row in analyse(traces, wss[0].num_ctas, crow, ghz, place_slot)[
-                1:
-            ]  # layer 0: no predecessor
+            for row in analyse(traces, wss[0].num_ctas, crow, ghz)[1:]  # layer 0: no predecessor
         ]
         med = {}
         for k in samples[0]:

@@ -320,7 +320,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("TRACE_SLOTS") = kdtree_mla::kTraceSlots;
   m.attr("TRACE_COMBINE_ROW") = kdtree_mla::kTraceCombineRow;
   m.attr("TRACE_SMID_SLOT") = kdtree_mla::kTraceSmidSlot;  // the slot holding each row's SM
-  m.attr("TRACE_PLACE_SLOT") = kdtree_mla::kTracePlaceSlot;  // 1 + each row's place in the schedule
   pybind11::list variants;
   for (int v = 0; v < kdtree_mla::kNumVariants; ++v)
     variants.append(pybind11::make_tuple(kdtree_mla::kVariants[v].stages, kdtree_mla::variant_smem_bytes(v),

@@ -90,7 +90,6 @@ constexpr int kModeTrace = 8;
 // kTraceCombineRow + x the combine CTAs (x, 0) for x < kTraceCombineCtas.
 constexpr int kTraceSlots = 64;
 constexpr int kTraceSmidSlot = 28;  // the SM a row's CTA ran on (globaltimer half, not a time)
-constexpr int kTracePlaceSlot = 29;  // 1 + the row's place in the schedule (fused: CTA order)
 constexpr int kTraceCombineRow = 1024;
 constexpr int kTraceCombineCtas = 256;
 constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;

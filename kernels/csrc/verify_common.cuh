@@ -273,14 +273,6 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
 __device__ __forceinline__ int merge_ticket(unsigned long long* sync, int num_ctas, int n) {
   return static_cast<int>(atomicInc(reinterpret_cast<unsigned*>(sync + 1 + 2 * num_ctas), static_cast<unsigned>(n - 1)));
 }
-// CTA order (fused calls): the word's high half counts the CTAs of a call that have read the
-// count above, wrapping to 0 at the num_ctas-th (atom.inc), so it is 0 between calls and a
-// call's values are 0 .. num_ctas - 1 in the order the CTAs' atomics reached L2. A CTA's value
-// is its place in the schedule (its units, partial slots and merge slice; verify_main.cuh).
-__device__ __forceinline__ int cta_order(unsigned long long* sync, int num_ctas) {
-  return static_cast<int>(
-      atomicInc(reinterpret_cast<unsigned*>(sync + 1 + 2 * num_ctas) + 1, static_cast<unsigned>(num_ctas - 1)));
-}
 // A CTA of a fused call ends (its thread 0, once): the count above.
 __device__ __forceinline__ void merge_cta_ended(unsigned long long* sync) {
   asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;\n" ::"l"(sync) : "memory");

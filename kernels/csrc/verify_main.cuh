@@ -155,7 +155,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   };
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
-  __shared__ int place_s;  // this CTA's place in the schedule (CTA order, below)
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
@@ -184,18 +183,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // Fused merge (verify_common.cuh): CTAs ended in earlier calls, read by thread 0 ahead of
   // the schedule's loads and turned into this call's flag value once those have landed. Every
   // CTA's thread 0 calls merge_cta_ended exactly once, as the CTA leaves.
-  // CTA order: in a fused call a CTA's place in the schedule is the order in which its
-  // thread 0's atomic reached L2, not its index: the SMs that answer first take the work, and
-  // when a call has fewer units than CTAs (B = 1 up to ~23k on 132 SMs) the CTAs left over, on
-  // the SMs whose memory path is slowest (docs/kernel-benchmarks.md, session 6), end at once
-  // instead of publishing the call's last partial. The output does not depend on the order
-  // (every place computes the same partial whichever CTA holds it).
   unsigned long long ready = 0;  // (first the count, then the flag value)
-  int place = cta;
-  if (p.fused && tid == 0) {
-    ready = ld_relaxed_u64(&p.sync[0]);
-    place = cta_order(p.sync, p.num_ctas);
-  }
+  if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   // Outcome: the units [range_lo, range_hi) of this CTA and the request sb holding range_lo
@@ -209,12 +198,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     int excl;
     sch = warp_schedule(p, &mine, &excl);
     if (tid == 0) trace_point<kTrace>(p, cta, 12);
-    if (tid == 0) place_s = place;
-    if (p.fused) {  // (uniform) place_s for every warp
-      __syncthreads();
-      place = place_s;
-    }
-    const int q = sch.blocks_per_unit, lo = place * sch.units_per_cta;
+    const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
     if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
       if (lane < p.batch) {
@@ -239,12 +223,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     Request mine;  // request tid's geometry (tid < B)
     sch = make_schedule<kThreads>(p, scan, warp_sums, &mine);
     if (tid == 0) trace_point<kTrace>(p, cta, 12);
-    if (tid == 0) place_s = place;
-    if (p.fused) {  // (uniform) place_s for every thread
-      __syncthreads();
-      place = place_s;
-    }
-    const int q = sch.blocks_per_unit, lo = place * sch.units_per_cta;
+    const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     if (!p.fused && cta == 0) {  // the combine kernel's tables
       for (int i = tid; i <= p.batch; i += kThreads) p.sched[2 + i] = scan[i];
       if (tid == 0) {
@@ -283,7 +262,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     ready = ready / static_cast<unsigned>(p.num_ctas) + 1;
     merge_ready = ready;
   }
-  const int range_lo = place * sch.units_per_cta;
+  const int range_lo = cta * sch.units_per_cta;
   const int range_hi = min(range_lo + sch.units_per_cta, sch.total_units);
   const int q = sch.blocks_per_unit;
   if (tid == 0) trace_point<kTrace>(p, cta, 2);
@@ -638,14 +617,13 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       trace_point<kTrace>(p, cta, 8);
       traced_blocks += nb;
       p.trace[cta * kTraceSlots + 14] = traced_blocks;
-      p.trace[cta * kTraceSlots + kTracePlaceSlot] = place_s + 1;
     }
     // ---- epilogue: normalise and store straight from the accumulators ----
     float l_run = l_part;
 #pragma unroll
     for (int o = 1; o < T::kSmTpr; o <<= 1) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
     const bool full = math_walk.unit_lo == 0 && math_walk.unit_hi == math_walk.seg_units;
-    const int slot = math_walk.unit_lo > 0 ? place_s : p.num_ctas + place_s;
+    const int slot = math_walk.unit_lo > 0 ? cta : p.num_ctas + cta;
     if (tid % T::kSmTpr == 0) {
       const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -CUDART_INF_F;
       inv_s[sm_row] = l_run > 0.f ? 1.f / l_run : 0.f;
@@ -726,7 +704,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
       publish_part(&p.sync[1 + slot], ready);
       const int n = c1 - c0 + 1;
-      int k = place_s - c0, ns = n;
+      int k = cta - c0, ns = n;
       if (kTicket && ticket_n > 0) {  // the call's only cut segment (ticket_n == n)
         k = ticket;
         ns = n - T::kTicketSkip;

@@ -299,13 +299,12 @@ def sm_count() -> int:
 def assert_merge_state(ws, calls: int) -> None:
     """After `calls` fused calls on a fresh workspace: every CTA of every call counted as ended
     (num_ctas a call), every partial slot's flag from one of those calls (0..calls), and the
-    last call's flags among them; the word after the flags back to 0."""
+    last call's flags among them."""
     sync = ws.sync.cpu()
     assert int(sync[0]) == calls * ws.num_ctas, f"{int(sync[0])} CTA ends after {calls} calls"
     flags = sync[1 : 1 + 2 * ws.num_ctas]
     assert int(flags.min()) >= 0 and int(flags.max()) <= calls
-    # (low half: merge tickets; high half: CTA order, verify_common.cuh)
-    assert int(sync[1 + 2 * ws.num_ctas]) == 0, "the merge-ticket and CTA-order word is 0 between calls"
+    assert int(sync[1 + 2 * ws.num_ctas]) == 0, "the merge-ticket word is 0 between calls"
 
 
 @pytest.mark.parametrize(
