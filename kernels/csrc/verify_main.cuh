@@ -86,13 +86,6 @@ struct PieceWalk {
   }
 };
 
-// The CTAs that hold a piece's segment: the first (x) and how many (y), each one part of it.
-__device__ __forceinline__ int2 segment_ctas(const PieceWalk& w, const Schedule& sch, int num_ctas) {
-  const int c0 = w.seg_start / sch.units_per_cta;
-  const int c1 = min((w.seg_start + w.seg_units - 1) / sch.units_per_cta, num_ctas - 1);
-  return make_int2(c0, c1 - c0 + 1);
-}
-
 // Merge tickets: when a piece is the call's only segment, cut into n >= kTicketMinParts parts
 // (B = 1 with at most 32 rows, from ~5.7k on 132 SMs), its merge is done in n - kTicketSkip
 // slices, taken by the first CTAs whose last block lands (verify_common.cuh merge_ticket):
@@ -588,7 +581,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // is about the order the CTAs finish.
     int ticket = 0, ticket_n = 0;
     if (kTicket && p.fused) {
-      const int n = segment_ctas(math_walk, sch, p.num_ctas).y;
+      const int n = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1) -
+                    math_walk.seg_start / sch.units_per_cta + 1;
       if (ticketed(math_walk, sch, n)) ticket_n = n;
     }
     if constexpr (!kMath) {
@@ -706,9 +700,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (p.fused && !full && tid == 0) {
       // Every math warp's partial stores precede the barrier above; the release makes them
       // visible to the grid before the flag says so. Remember the segment for the merge.
-      const int2 seg = segment_ctas(math_walk, sch, p.num_ctas);
-      const int c0 = seg.x, n = seg.y;
+      const int c0 = math_walk.seg_start / sch.units_per_cta;
+      const int c1 = min((math_walk.seg_start + math_walk.seg_units - 1) / sch.units_per_cta, p.num_ctas - 1);
       publish_part(&p.sync[1 + slot], ready);
+      const int n = c1 - c0 + 1;
       int k = cta - c0, ns = n;
       if (kTicket && ticket_n > 0) {  // the call's only cut segment (ticket_n == n)
         k = ticket;
