@@ -269,6 +269,13 @@ def main():
         help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
     )
     ap.add_argument(
+        "--served-calls",
+        type=int,
+        default=0,
+        help="start each workspace as if it had served this many fused calls (its count of "
+        "ended CTAs; past 2^32 / SMs is hours into serving)",
+    )
+    ap.add_argument(
         "--cold-code",
         action="store_true",
         help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
@@ -290,6 +297,7 @@ def main():
         args.force_variant or _C.variant_for_device(torch.cuda.current_device())
     ]
     res["forced_variant"] = args.force_variant
+    res["served_calls"] = args.served_calls
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -323,6 +331,7 @@ def main():
             continue
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         case.ws.force_variant = args.force_variant
+        case.ws.sync[0] = args.served_calls * case.ws.num_ctas
         floor_us = case.kv_bytes / bw * 1e6
         row = {
             "B": b,

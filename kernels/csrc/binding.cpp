@@ -260,6 +260,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.tokinfo = ws.tokinfo.data_ptr<int>();
   p.sync = reinterpret_cast<unsigned long long*>(ws.sync.data_ptr<int64_t>());
   p.num_ctas = static_cast<int>(ws.num_ctas);
+  p.ctas_recip = ~0ull / static_cast<unsigned long long>(ws.num_ctas);
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;

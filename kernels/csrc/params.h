@@ -53,6 +53,7 @@ struct VerifyParams {
   unsigned long long* sync;  // [2 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
                              // ended, one flag per partial slot, merge tickets (verify_common.cuh)
   int num_ctas;     // grid of the main kernel
+  unsigned long long ctas_recip;  // floor((2^64 - 1) / num_ctas): the fused merge's call number
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
                     // cooperative launch) and no combine kernel runs; 0: the combine kernel does
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)

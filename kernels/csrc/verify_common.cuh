@@ -267,6 +267,17 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
   return v;
 }
+// The call's number from that count (v = calls x num_ctas + e, e < num_ctas): v / num_ctas by
+// the host's reciprocal p.ctas_recip (its high product is the quotient or one less), one
+// correction, no 64-bit division. (A division took a subroutine at the far end of the code on
+// thread 0, before the math warps' first barrier, once the count passed 2^32: after ~33M calls
+// of a 132-CTA grid, i.e. hours into serving.)
+__device__ __forceinline__ unsigned long long call_number(unsigned long long v, const VerifyParams& p) {
+  const unsigned long long n = static_cast<unsigned long long>(p.num_ctas);
+  unsigned long long c = __umul64hi(v, p.ctas_recip);
+  if (v - c * n >= n) ++c;
+  return c;
+}
 // Merge tickets (verify_main.cuh ticketed): the word after the flags counts the CTAs of a call's
 // one cut segment whose last block has landed, wrapping to 0 at its n-th (atom.inc), so
 // it is 0 between calls and the tickets of a call are 0 .. n-1 in that order.

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     sunit = start_info[1];
   }
   if (p.fused && tid == 0) {  // the flag value of this call's partials
-    ready = ready / static_cast<unsigned>(p.num_ctas) + 1;
+    ready = call_number(ready, p) + 1;
     merge_ready = ready;
   }
   const int range_lo = cta * sch.units_per_cta;

@@ -365,6 +365,27 @@ def test_fused_merge_back_to_back_calls():
         assert_merge_state(ws, calls=3 * (i + 1))
 
 
+@pytest.mark.parametrize("calls_before", [2**32 // 132 + 7, 2**40 + 3, 2**55 + 1])
+@pytest.mark.parametrize("num_ctas", [None, 37])
+def test_fused_merge_after_many_calls(calls_before, num_ctas):
+    """A workspace that has served `calls_before` fused calls (its count of ended CTAs past
+    2^32, where a 64-bit division used to take over, up to 2^55 calls): each call's number is
+    still exact (verify_common.cuh call_number), so its merge waits for its own flags, the
+    output is right and the count and flags advance by one call."""
+    inp = make_inputs([5700, 23000], [4, 3], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp, num_ctas=num_ctas)
+    assert ws.fused
+    n = ws.num_ctas
+    ws.sync[0] = calls_before * n  # (int64: calls_before * n < 2^63 for these values)
+    for k in range(1, 3):
+        check(inp, ws)
+        sync = ws.sync.cpu()
+        assert int(sync[0]) == (calls_before + k) * n
+        flags = sync[1 : 1 + 2 * n]
+        assert int(flags.max()) == calls_before + k, "the call's partials carry its number + 1"
+        assert int(sync[1 + 2 * n]) == 0
+
+
 # --- CUDA graphs -----------------------------------------------------------------------------
 
 
