@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--cases", default="0,2,3,4,5", help="bench_verify.DEFAULT_CASES indices")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-ours", action="store_true", help="the straight-line probe only")
+    ap.add_argument("--ours-only", action="store_true", help="our kernel warm and cold only")
     args = ap.parse_args()
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
@@ -85,7 +86,7 @@ def main() -> None:
         "| FFMAs | code KB | warps/CTA | between launches | launch | pass 0 CPI | pass 1 CPI | pass 0 us |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for n in SIZES:
+    for n in [] if args.ours_only else SIZES:
         kern = cp.RawKernel(source(n, 0), "straight", options=opts)
         other = cp.RawKernel(source(n, 13), "straight", options=opts)
         for warps in WARPS:
