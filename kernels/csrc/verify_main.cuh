@@ -323,10 +323,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         }
         cp_async_commit();
       };
-      // A loop, not unrolled: this runs once a piece, mostly once a call, so its code is cold
-      // (docs/kernel-benchmarks.md, session 9: fetched from L2 in a model step); one copy of
-      // issue_idx here instead of kIdxAhead.
-#pragma unroll 1
+#pragma unroll
       for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
       if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
       if (elem == 0) {
