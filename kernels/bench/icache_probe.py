@@ -14,9 +14,11 @@ between launches.
 Then our kernel, in bench_verify.py's graphs (one call a layer), with its code warm (calls
 back to back, as bench_verify.py times them) and cold (bench/code_evict.py's kernel before
 every call, as a model step's other kernels would leave it): cold = graph(evict + ours) -
-graph(evict alone), per call.
+graph(evict alone), per call, with an evictor that lets our call launch at once (PDL) and one
+that does not. The evictor takes ~45 us a call, so for long calls (91k, B=8) the difference is
+within its own spread.
 
-  python3 bench/icache_probe.py [--json out.json] [--cases 0,2,3,4,5] [--no-ours]
+  python3 bench/icache_probe.py [--json out.json] [--cases 0,2,3,4,5] [--no-ours | --ours-only]
 """
 
 from __future__ import annotations
