@@ -155,9 +155,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   // The stage was last read through the generic proxy (ldmatrix, or the last segment's
   // merge): order those reads before the copy engine's writes.
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  // The ranges travel by 16-byte cp.async like the LSEs (experiment: LSU copies instead of one
-  // bulk copy a part); the barrier only keeps its phase.
-  if (tid == 0) mbar_arrive(bar);
+  if (tid == 0) mbar_expect_tx(bar, bytes * n);
   // Warp w polls the flags of parts [32 w, 32 w + 32) (+ 256 ...; one lane each, one load a
   // round) and posts what it has seen in `seen` (a bit a part, release); the owners wait on
   // those bits in shared memory. So the grid's flags see one load per 32 parts a CTA rather
@@ -190,8 +188,8 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       if (pending[u] && (ld_shared_acquire(&seen[own[u] >> 5]) >> (own[u] & 31) & 1u)) {
         const int j = own[u], slot = part_slot(p.num_ctas, c0, j);
         fence_proxy_async_global();  // the acquire before the copy engine's reads
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo);
-        for (uint32_t off = 0; off < bytes; off += 16) cp_async_cg16(smem_u32(stage) + j * bytes + off, src + off);
+        bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
+                      bar);
         for (int i = 0; i < lse_n; i += 4)
           cp_async_cg16(smem_u32(lse_s + j * lse_n + i), p.part_lse + slot * T::kBlockM + a0 + i);
         pending[u] = false;
