@@ -212,6 +212,13 @@ def graph_us(call, n_layers, reps):
     return t
 
 
+def evicted_graph_us(call, evict, n_layers, reps):
+    """(graph us a layer of `evict` then `call`, graph us a layer of `evict` alone): their
+    difference is `call` with its code cold (bench/code_evict.py)."""
+    both = graph_us(lambda i: (evict(), call(i)), n_layers, reps)
+    return both, graph_us(lambda i: evict(), n_layers, reps)
+
+
 def time_modes(call, n_layers, reps):
     """(graph us/call, eager us/call): one pass over all layers per repetition."""
     for i in range(n_layers):
@@ -348,8 +355,7 @@ def main():
         if evict is not None:
             # Code cold, as a model step's other kernels leave it: graph(evictor + ours) -
             # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
-            both = graph_us(lambda i, c=case: (evict(), c.ours(i)), case.n_layers, args.reps)
-            alone = graph_us(lambda i: evict(), case.n_layers, args.reps)
+            both, alone = evicted_graph_us(case.ours, evict, case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
         if b * prefix <= 200_000:
             from kdtree_mla.ref import verify_attention_ref

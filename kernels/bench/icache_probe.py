@@ -130,7 +130,7 @@ def ours_warm_cold(cases, reps):
     import torch
 
     sys.path.insert(0, HERE)
-    from bench_verify import DEFAULT_CASES, Case, graph_us
+    from bench_verify import DEFAULT_CASES, Case, evicted_graph_us, graph_us
     from code_evict import CodeEvictor
 
     evictors = {"cold": CodeEvictor(trigger=True), "cold_no_pdl": CodeEvictor(trigger=False)}
@@ -158,10 +158,9 @@ def ours_warm_cold(cases, reps):
         for _ in (1, 2):  # two passes, alternating, against order effects
             t.setdefault("warm", []).append(graph_us(case.ours, n, reps))
             for name, ev in evictors.items():
-                t.setdefault(name + "_evict", []).append(graph_us(lambda i, ev=ev: ev(), n, reps))
-                t.setdefault(name + "_both", []).append(
-                    graph_us(lambda i, ev=ev, c=case: (ev(), c.ours(i)), n, reps)
-                )
+                both, alone = evicted_graph_us(case.ours, ev, n, reps)
+                t.setdefault(name + "_both", []).append(both)
+                t.setdefault(name + "_evict", []).append(alone)
         mean = {k: statistics.mean(v) for k, v in t.items()}
         row = dict(B=b, H=h, D=d, prefix=prefix, layers=n, passes=t, warm_us=mean["warm"])
         for name in evictors:
