@@ -3,6 +3,11 @@ launch time goes. Prints medians in microseconds.
 
   api        kdtree_mla.api.extend_attention_fwd, device synchronised before each sample
   binding    the extension's verify_fwd called directly with the same arguments
+  binding_no_launch        the same, launching nothing (argument conversion and checks only)
+  binding_plain_main       the same, the main kernel alone as a plain launch (split_combine:
+                           not cooperative; the output is incomplete, timing only)
+  binding_plain_two        the same, main and combine kernels, two plain launches
+  binding_again            binding once more, after those (the machine's drift)
   no_pdl     api, both kernels launched without programmatic dependent launch
   noop       a trivial extension call (pybind11 floor)
   burst      61 calls back to back (no sync), wall time per call; with and without PDL
@@ -51,6 +56,17 @@ def main():
              x.kv_indices, x.custom_mask, x.mask_indptr, float(x.sm_scale), None, h)  # fmt: skip
     res = {"api": median_us(call), "binding": median_us(lambda: ext.verify_fwd(*bargs))}
     res["noop"] = median_us(lambda: ext.variant_for_device(0))
+    # The binding's parts: launch_parts 0 launches nothing; split_combine makes the launches
+    # plain (not cooperative). Restored below.
+    ws.launch_parts = 0
+    res["binding_no_launch"] = median_us(lambda: ext.verify_fwd(*bargs))
+    ws.split_combine = 1
+    ws.launch_parts = 1
+    res["binding_plain_main"] = median_us(lambda: ext.verify_fwd(*bargs))
+    ws.launch_parts = 3
+    res["binding_plain_two"] = median_us(lambda: ext.verify_fwd(*bargs))
+    ws.split_combine = 0
+    res["binding_again"] = median_us(lambda: ext.verify_fwd(*bargs))
 
     def burst():
         for _ in range(61):

@@ -100,6 +100,7 @@ Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_
 struct WorkspaceHandle {
   Tensor part_o, part_lse, sched, tokinfo, sync;
   int64_t num_ctas = 0;
+  uint64_t ctas_recip = 0;  // floor((2^64 - 1) / num_ctas), VerifyParams::ctas_recip (set once)
   int64_t min_blocks_per_cta = 1;
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
   bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
@@ -260,7 +261,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   p.tokinfo = ws.tokinfo.data_ptr<int>();
   p.sync = reinterpret_cast<unsigned long long*>(ws.sync.data_ptr<int64_t>());
   p.num_ctas = static_cast<int>(ws.num_ctas);
-  p.ctas_recip = ~0ull / static_cast<unsigned long long>(ws.num_ctas);
+  p.ctas_recip = ws.ctas_recip;
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
@@ -295,6 +296,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           w.device = w.part_o.device();
           w.max_tokens = w.tokinfo.numel() / 4;
           w.max_batch = w.sched.numel() - 3;
+          w.ctas_recip = ~0ull / static_cast<unsigned long long>(w.num_ctas);  // num_ctas >= 1 (checked)
         }
         return w;
       }))
