@@ -1,0 +1,355 @@
+"""What does the fused merge's handshake cost, and what would partials that carry their own
+call number save? (diagnostic, run on the device; CuPy/NVRTC)
+
+At B=1 the end of a verify call (epilogue, publish, merge) takes ~3.5 us from the grid's last
+published partial (docs/kernel-benchmarks.md). Part of that is the handshake itself: the
+publisher's release fence waits for its stores before it sets the part's flag, and a merging
+CTA must first see the flag (one L2 round trip) and only then read the data (another). This
+probe isolates the end game, with no attention math: a cooperative grid of one CTA an SM, each
+CTA storing one 32 x 512 bf16 partial (+ 32 LSEs) into its slot, then merging its n-th of the
+outputs from all n slots, like csrc/verify_merge.cuh, in four modes:
+
+  empty   no partials (the launch, the call-number read and the ended-CTA count only)
+  flag    our protocol: stores, barrier, `fence.acq_rel.gpu`, the slot's 64-bit flag set to
+          the call's number; readers poll the flags (`ld.acquire.gpu`, one lane a part) and
+          read a part's range once its flag is seen
+  tagged  no flags: every 8-byte word of a partial holds one bf16 pair and the call's number
+          (low 32 bits), stored with `st.relaxed.gpu`; readers load the words themselves
+          (`ld.relaxed.gpu`, single-copy atomic) and re-read a part until every word carries
+          this call's number. Twice the bytes, one round trip less, no fence
+  nowait  the flag mode's stores and reads with no handshake at all (wrong data; the floor)
+
+Readers: warp w reads parts w, w + 8, ..., each part's range coalesced (two words a lane),
+every pending part's loads issued before any is used. Every value read is checked against
+the value its writer stores in that call (`errors`, flag and tagged modes must read 0). A
+CTA's store can be delayed (`--stagger`: CTA c waits up to that many ns after it starts, in
+a scattered order) to put a late publisher on the critical path, as the slow SMs are in the
+kernel. Time per call: a CUDA graph of 12 launches (bench_verify.graph_us), median.
+
+  python3 kernels/bench/endgame_probe.py [--reps 30] [--stagger 0,1000,3000] [--json out.json]
+
+What it does not model: the bulk copies into shared memory the kernel's merge uses (here
+both modes read through the LSU, so the comparison is between protocols), merge tickets,
+the epilogue's staging through shared memory, and the attention work before it. The tagged
+form's 32-bit call number wraps after 2^32 calls; a kernel using it would need a full-width
+guard against a slot last written exactly 2^32 calls earlier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import warnings
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_verify import graph_us  # noqa: E402
+
+MODES = {"empty": 0, "flag": 1, "tagged": 2, "nowait": 3}
+SLOT_WORDS = 8192  # bf16 pairs a partial (32 rows x 512 columns)
+MAX_PARTS_PER_WARP = 17  # n <= 136 parts over 8 warps
+
+SRC = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+#define SLOT 8192
+#define ROWW 256
+#define MAXP 17
+
+__device__ __forceinline__ u32 bf16bits(float x) { return __float_as_uint(x) >> 16; }
+__device__ __forceinline__ float bf16f(u32 b) { return __uint_as_float(b << 16); }
+// Values exact in bf16 (multiples of 1/16 up to 1), different in consecutive calls.
+__device__ __forceinline__ u32 pair_of(int j, int w, u64 t) {
+  const int s = (int)(t % 17ull);
+  const float a = (float)((j * 7 + (2 * w) * 3 + s) % 17) * 0.0625f;
+  const float b = (float)((j * 7 + (2 * w + 1) * 3 + s) % 17) * 0.0625f;
+  return bf16bits(a) | (bf16bits(b) << 16);
+}
+__device__ __forceinline__ float lse_of(int j, int r, u64 t) {
+  return (float)((j * 5 + r + (int)(t % 11ull)) % 11) * 0.25f;
+}
+__device__ __forceinline__ u64 ld_relaxed(const u64* p) {
+  u64 v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 ld_acquire(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* tlse, u32* out,
+        int* errors, long long stagger_ns) {
+  extern __shared__ u32 stage[];  // [n][wpp] pair words of this CTA's slice, then float [n][2] LSEs
+  __shared__ u64 s_t;
+  __shared__ float s_w[2][160];   // weights [row of the slice][part]
+  __shared__ float s_inv[2];
+  const int n = gridDim.x, c = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) s_t = ld_relaxed(ctr) / (u64)n + 1;  // the call's number (no CTA of it ended yet)
+  __syncthreads();
+  const u64 t = s_t;
+  const u64 tagw = (u64)(u32)t << 32;
+  if (mode != 0) {
+    if (stagger_ns > 0) {
+      u64 t0, now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      const u64 d = (u64)stagger_ns * (u64)((c * 37) % n) / (u64)(n > 1 ? n - 1 : 1);
+      do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      } while (now - t0 < d);
+    }
+    // ---- this CTA's partial, slot c ----
+    if (mode == 2) {
+      for (int w = tid * 2; w < SLOT; w += 512) {
+        const u64 a = (u64)pair_of(c, w, t) | tagw, b = (u64)pair_of(c, w + 1, t) | tagw;
+        asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};"
+                     :: "l"(tpart + (size_t)c * SLOT + w), "l"(a), "l"(b) : "memory");
+      }
+      if (tid < 32) {
+        const u64 v = (u64)__float_as_uint(lse_of(c, tid, t)) | tagw;
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(tlse + c * 32 + tid), "l"(v) : "memory");
+      }
+    } else {
+      for (int w = tid * 4; w < SLOT; w += 1024)
+        *reinterpret_cast<uint4*>(part + (size_t)c * SLOT + w) =
+            make_uint4(pair_of(c, w, t), pair_of(c, w + 1, t), pair_of(c, w + 2, t), pair_of(c, w + 3, t));
+      if (tid < 32) lse[c * 32 + tid] = lse_of(c, tid, t);
+      __syncthreads();
+      if (mode == 1 && tid == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(flags + c), "l"(t) : "memory");
+      }
+    }
+    // ---- read slice c (pair words [w_lo, w_hi)) of every part ----
+    const int w_lo = (int)((long long)c * SLOT / n), w_hi = (int)((long long)(c + 1) * SLOT / n);
+    const int nw = w_hi - w_lo, r_lo = w_lo / ROWW;  // nw <= 64: rows r_lo and r_lo + 1 at most
+    const int wpp = (SLOT + n - 1) / n;
+    float* lse_s = reinterpret_cast<float*>(stage + n * wpp);
+    int bad = 0;
+    u32 pending = 0;  // bit i: part warp + 8 i not read yet
+    for (int i = 0; i < MAXP; ++i)
+      if (warp + 8 * i < n) pending |= 1u << i;
+    while (pending) {  // warp-uniform
+      if (mode == 2) {
+        u64 x[MAXP][2], l[MAXP];
+#pragma unroll
+        for (int i = 0; i < MAXP; ++i) {
+          x[i][0] = x[i][1] = l[i] = tagw;
+          if (pending >> i & 1) {
+            const int p = warp + 8 * i;
+            if (lane < nw) x[i][0] = ld_relaxed(tpart + (size_t)p * SLOT + w_lo + lane);
+            if (lane + 32 < nw) x[i][1] = ld_relaxed(tpart + (size_t)p * SLOT + w_lo + lane + 32);
+            if (lane < 2) l[i] = ld_relaxed(tlse + p * 32 + min(r_lo + lane, 31));
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < MAXP; ++i) {
+          if (!(pending >> i & 1)) continue;
+          const bool ok = (x[i][0] >> 32) == (tagw >> 32) && (x[i][1] >> 32) == (tagw >> 32) &&
+                          (l[i] >> 32) == (tagw >> 32);
+          if (__all_sync(0xffffffffu, ok)) {
+            const int p = warp + 8 * i;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int w = lane + 32 * h;
+              if (w < nw) {
+                stage[p * wpp + w] = (u32)x[i][h];
+                bad += (u32)x[i][h] != pair_of(p, w_lo + w, t);
+              }
+            }
+            if (lane < 2) lse_s[p * 2 + lane] = __uint_as_float((u32)l[i]);
+            pending &= ~(1u << i);
+          }
+        }
+      } else {
+        bool seen = false;  // lane i watches part warp + 8 i
+        if (lane < MAXP && (pending >> lane & 1))
+          seen = mode == 3 || ld_acquire(flags + warp + 8 * lane) == t;
+        const u32 now = __ballot_sync(0xffffffffu, seen) & pending;
+        __syncwarp();  // the watching lane's acquire, before the other lanes' loads
+        u32 x[MAXP][2];
+        float l[MAXP];
+#pragma unroll
+        for (int i = 0; i < MAXP; ++i) {
+          x[i][0] = x[i][1] = 0u;
+          l[i] = 0.f;
+          if (now >> i & 1) {
+            const int p = warp + 8 * i;
+            if (lane < nw) x[i][0] = __ldcg(part + (size_t)p * SLOT + w_lo + lane);
+            if (lane + 32 < nw) x[i][1] = __ldcg(part + (size_t)p * SLOT + w_lo + lane + 32);
+            if (lane < 2) l[i] = __ldcg(lse + p * 32 + min(r_lo + lane, 31));
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < MAXP; ++i) {
+          if (!(now >> i & 1)) continue;
+          const int p = warp + 8 * i;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int w = lane + 32 * h;
+            if (w < nw) {
+              stage[p * wpp + w] = x[i][h];
+              bad += x[i][h] != pair_of(p, w_lo + w, t);
+            }
+          }
+          if (lane < 2) lse_s[p * 2 + lane] = l[i];
+        }
+        pending &= ~now;
+      }
+    }
+    __syncthreads();
+    // ---- merge: weights a (row, part), then 4 threads a word over the parts ----
+    if (warp < 2) {
+      float m = __int_as_float(0xff800000);
+      for (int p = lane; p < n; p += 32) m = fmaxf(m, lse_s[p * 2 + warp]);
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      float s = 0.f;
+      for (int p = lane; p < n; p += 32) {
+        const float wt = exp2f(lse_s[p * 2 + warp] - m);
+        s_w[warp][p] = wt;
+        s += wt;
+      }
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0) s_inv[warp] = 1.f / s;
+    }
+    __syncthreads();
+    const int u = tid >> 2, q = tid & 3;
+    float a0 = 0.f, a1 = 0.f;
+    const int rr = u < nw ? (w_lo + u) / ROWW - r_lo : 0;
+    if (u < nw)
+      for (int p = q; p < n; p += 4) {
+        const u32 x = stage[p * wpp + u];
+        const float wt = s_w[rr][p];
+        a0 += wt * bf16f(x & 0xffffu);
+        a1 += wt * bf16f(x >> 16);
+      }
+    for (int o = 1; o < 4; o <<= 1) {
+      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+    }
+    if (u < nw && q == 0) out[w_lo + u] = bf16bits(a0 * s_inv[rr]) | (bf16bits(a1 * s_inv[rr]) << 16);
+    if (mode != 3) {
+      for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
+      if (lane == 0 && bad) atomicAdd(errors, bad);
+    }
+  }
+  __syncthreads();
+  if (tid == 0) asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" :: "l"(ctr) : "memory");
+}
+"""
+
+
+class Endgame:
+    """The probe kernel and its buffers, launched on torch's current stream (graph-capturable)."""
+
+    def __init__(self, n: int):
+        import cupy as cp
+
+        # A slice is at most 64 pair words (two a lane) and a warp reads at most 17 parts.
+        if not 128 <= n <= 8 * MAX_PARTS_PER_WARP:
+            raise ValueError(f"the probe needs 128..{8 * MAX_PARTS_PER_WARP} CTAs (got {n})")
+        self.cp = cp
+        major, minor = torch.cuda.get_device_capability()
+        self.kern = cp.RawKernel(
+            SRC,
+            "endgame",
+            options=(f"--gpu-architecture=sm_{major}{minor}",),
+            enable_cooperative_groups=True,
+        )
+        self.n = n
+        dev = "cuda"
+        i64, i32 = torch.int64, torch.int32
+        self.ctr = torch.zeros(1, dtype=i64, device=dev)
+        self.flags = torch.zeros(n, dtype=i64, device=dev)
+        self.part = torch.zeros(n * SLOT_WORDS, dtype=i32, device=dev)
+        self.lse = torch.zeros(n * 32, dtype=torch.float32, device=dev)
+        self.tpart = torch.zeros(n * SLOT_WORDS, dtype=i64, device=dev)
+        self.tlse = torch.zeros(n * 32, dtype=i64, device=dev)
+        self.out = torch.zeros(SLOT_WORDS, dtype=i32, device=dev)
+        self.errors = torch.zeros(1, dtype=i32, device=dev)
+        wpp = (SLOT_WORDS + n - 1) // n
+        self.smem = n * wpp * 4 + n * 2 * 4
+
+    def __call__(self, mode: int, stagger_ns: int = 0) -> None:
+        cp = self.cp
+        with warnings.catch_warnings():  # (ExternalStream: deprecated in newer CuPy, still there)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        ptrs = [
+            cp.uint64(t.data_ptr())
+            for t in (self.ctr, self.flags, self.part, self.lse, self.tpart, self.tlse, self.out, self.errors)
+        ]
+        with stream:
+            self.kern(
+                (self.n,),
+                (256,),
+                (cp.int32(mode), *ptrs, cp.int64(stagger_ns)),
+                shared_mem=self.smem,
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--layers", type=int, default=12, help="launches a graph holds")
+    ap.add_argument("--stagger", default="0,1000,3000", help="comma-separated ns")
+    ap.add_argument("--ctas", type=int, default=0, help="grid size (default: the SM count)")
+    ap.add_argument("--passes", type=int, default=2, help="passes over the modes, alternating")
+    ap.add_argument("--check-calls", type=int, default=500, help="eager calls a checked mode")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    n = args.ctas or torch.cuda.get_device_properties(0).multi_processor_count
+    probe = Endgame(n)
+    res = {"device": torch.cuda.get_device_name(0), "ctas": n, "layers": args.layers, "rows": []}
+
+    # Correctness first: flag and tagged calls back to back, every value checked in the kernel.
+    for mode in ("flag", "tagged"):
+        probe.errors.zero_()
+        for i in range(args.check_calls):
+            probe(MODES[mode], 1000 * (i % 4))
+        torch.cuda.synchronize()
+        res[f"errors_{mode}"] = int(probe.errors.item())
+        print(f"{mode}: {args.check_calls} eager calls, values read wrong: {res[f'errors_{mode}']}")
+    for mode in MODES.values():  # first launches outside the graphs
+        probe(mode)
+    torch.cuda.synchronize()
+
+    staggers = [int(s) for s in args.stagger.split(",") if s.strip()]
+    times: dict[tuple[str, int], list[float]] = {}
+    for pass_ in range(args.passes):
+        order = list(MODES) if pass_ % 2 == 0 else list(reversed(MODES))
+        for stagger in staggers:
+            for mode in order:
+                t = graph_us(lambda i, m=MODES[mode], s=stagger: probe(m, s), args.layers, args.reps)
+                times.setdefault((mode, stagger), []).append(t)
+    probe.errors.zero_()
+    for mode in ("flag", "tagged"):  # the graphs' calls checked too
+        graph_us(lambda i, m=MODES[mode]: probe(m, 1000), args.layers, 3)
+    torch.cuda.synchronize()
+    res["errors_after_graphs"] = int(probe.errors.item())
+
+    print(f"\n{res['device']}, {n} CTAs, graph of {args.layers} launches, median of {args.reps} replays, "
+          f"{args.passes} passes (us a call)")
+    print("| stagger ns | " + " | ".join(MODES) + " | flag - tagged | flag - nowait |")
+    print("|---:|" + "---:|" * (len(MODES) + 2))
+    for stagger in staggers:
+        med = {m: statistics.median(times[(m, stagger)]) for m in MODES}
+        cells = " | ".join(" / ".join(f"{t:.2f}" for t in times[(m, stagger)]) for m in MODES)
+        print(f"| {stagger} | {cells} | {med['flag'] - med['tagged']:+.2f} | {med['flag'] - med['nowait']:+.2f} |")
+        res["rows"].append({"stagger_ns": stagger, **{m: times[(m, stagger)] for m in MODES}})
+    print(f"values read wrong in the graphs' calls: {res['errors_after_graphs']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
