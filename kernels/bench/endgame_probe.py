@@ -284,7 +284,16 @@ class Endgame:
             stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
         ptrs = [
             cp.uint64(t.data_ptr())
-            for t in (self.ctr, self.flags, self.part, self.lse, self.tpart, self.tlse, self.out, self.errors)
+            for t in (
+                self.ctr,
+                self.flags,
+                self.part,
+                self.lse,
+                self.tpart,
+                self.tlse,
+                self.out,
+                self.errors,
+            )
         ]
         with stream:
             self.kern(
@@ -328,7 +337,9 @@ def main() -> None:
         order = list(MODES) if pass_ % 2 == 0 else list(reversed(MODES))
         for stagger in staggers:
             for mode in order:
-                t = graph_us(lambda i, m=MODES[mode], s=stagger: probe(m, s), args.layers, args.reps)
+                t = graph_us(
+                    lambda i, m=MODES[mode], s=stagger: probe(m, s), args.layers, args.reps
+                )
                 times.setdefault((mode, stagger), []).append(t)
     probe.errors.zero_()
     for mode in ("flag", "tagged"):  # the graphs' calls checked too
@@ -336,14 +347,18 @@ def main() -> None:
     torch.cuda.synchronize()
     res["errors_after_graphs"] = int(probe.errors.item())
 
-    print(f"\n{res['device']}, {n} CTAs, graph of {args.layers} launches, median of {args.reps} replays, "
-          f"{args.passes} passes (us a call)")
+    print(
+        f"\n{res['device']}, {n} CTAs, graph of {args.layers} launches, median of {args.reps} replays, "
+        f"{args.passes} passes (us a call)"
+    )
     print("| stagger ns | " + " | ".join(MODES) + " | flag - tagged | flag - nowait |")
     print("|---:|" + "---:|" * (len(MODES) + 2))
     for stagger in staggers:
         med = {m: statistics.median(times[(m, stagger)]) for m in MODES}
         cells = " | ".join(" / ".join(f"{t:.2f}" for t in times[(m, stagger)]) for m in MODES)
-        print(f"| {stagger} | {cells} | {med['flag'] - med['tagged']:+.2f} | {med['flag'] - med['nowait']:+.2f} |")
+        print(
+            f"| {stagger} | {cells} | {med['flag'] - med['tagged']:+.2f} | {med['flag'] - med['nowait']:+.2f} |"
+        )
         res["rows"].append({"stagger_ns": stagger, **{m: times[(m, stagger)] for m in MODES}})
     print(f"values read wrong in the graphs' calls: {res['errors_after_graphs']}")
     if args.json:
