@@ -86,7 +86,7 @@ __device__ __forceinline__ u64 ld_acquire(const u64* p) {
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* tlse, u32* out,
-        int* errors, long long stagger_ns) {
+        int* errors, long long stagger_ns, u64* stamps) {
   extern __shared__ u32 stage[];  // [n][wpp] pair words of this CTA's slice, then float [n][2] LSEs
   __shared__ u64 s_t;
   __shared__ float s_w[2][160];   // weights [row of the slice][part]
@@ -95,6 +95,9 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
   if (tid == 0) s_t = ld_relaxed(ctr) / (u64)n + 1;  // the call's number (no CTA of it ended yet)
   __syncthreads();
   const u64 t = s_t;
+  u64 ts;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
+  if (tid == 0) stamps[c * 4 + 0] = ts;
   const u64 tagw = (u64)(u32)t << 32;
   if (mode != 0) {
     if (stagger_ns > 0) {
@@ -127,6 +130,8 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(flags + c), "l"(t) : "memory");
       }
     }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
+    if (tid == 0) stamps[c * 4 + 1] = ts;  // thread 0's stores issued (and, flag mode, published)
     // ---- read slice c (pair words [w_lo, w_hi)) of every part ----
     const int w_lo = (int)((long long)c * SLOT / n), w_hi = (int)((long long)(c + 1) * SLOT / n);
     const int nw = w_hi - w_lo, r_lo = w_lo / ROWW;  // nw <= 64: rows r_lo and r_lo + 1 at most
@@ -205,6 +210,8 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
       }
     }
     __syncthreads();
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
+    if (tid == 0) stamps[c * 4 + 2] = ts;  // every part's range read
     // ---- merge: weights a (row, part), then 4 threads a word over the parts ----
     if (warp < 2) {
       float m = __int_as_float(0xff800000);
@@ -241,6 +248,8 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
     }
   }
   __syncthreads();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
+  if (tid == 0) stamps[c * 4 + 3] = ts;  // merged
   if (tid == 0) asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" :: "l"(ctr) : "memory");
 }
 """
@@ -274,6 +283,8 @@ class Endgame:
         self.tlse = torch.zeros(n * 32, dtype=i64, device=dev)
         self.out = torch.zeros(SLOT_WORDS, dtype=i32, device=dev)
         self.errors = torch.zeros(1, dtype=i32, device=dev)
+        # %globaltimer of each CTA: entry, its stores issued, every range read, merged.
+        self.stamps = torch.zeros((n, 4), dtype=i64, device=dev)
         wpp = (SLOT_WORDS + n - 1) // n
         self.smem = n * wpp * 4 + n * 2 * 4
 
@@ -295,11 +306,12 @@ class Endgame:
                 self.errors,
             )
         ]
+        stamps = cp.uint64(self.stamps.data_ptr())
         with stream:
             self.kern(
                 (self.n,),
                 (256,),
-                (cp.int32(mode), *ptrs, cp.int64(stagger_ns)),
+                (cp.int32(mode), *ptrs, cp.int64(stagger_ns), stamps),
                 shared_mem=self.smem,
             )
 
@@ -330,6 +342,35 @@ def main() -> None:
     for mode in MODES.values():  # first launches outside the graphs
         probe(mode)
     torch.cuda.synchronize()
+
+    # Where a call's time goes: the phases of one eager call (after a warm-up), us from the
+    # grid's first entry, median over CTAs / the last CTA, median over calls.
+    phases = ("entry", "stored", "read", "merged")
+    res["phases"] = {}
+    print("\none eager call, us after the grid's first CTA entered: median CTA / last CTA")
+    print("| mode | stagger ns | " + " | ".join(phases) + " |")
+    print("|---|---:|" + "---:|" * len(phases))
+    for mode in ("empty", "flag", "tagged", "nowait"):
+        for stagger in (0, 3000):
+            per_call = []
+            for _ in range(20):
+                probe(MODES[mode], stagger)
+                torch.cuda.synchronize()
+                st = probe.stamps.clone()
+                st = (st - st[:, 0].min()).double() / 1e3
+                per_call.append(
+                    [(st[:, k].median().item(), st[:, k].max().item()) for k in range(4)]
+                )
+            cells = []
+            for k in range(4):
+                if mode == "empty" and k in (1, 2):  # (no stores, no reads)
+                    cells.append("-")
+                    continue
+                med = statistics.median(c[k][0] for c in per_call)
+                last = statistics.median(c[k][1] for c in per_call)
+                cells.append(f"{med:.2f} / {last:.2f}")
+            res["phases"][f"{mode}_{stagger}"] = per_call
+            print(f"| {mode} | {stagger} | " + " | ".join(cells) + " |")
 
     staggers = [int(s) for s in args.stagger.split(",") if s.strip()]
     times: dict[tuple[str, int], list[float]] = {}
