@@ -19,9 +19,11 @@ outputs from all n slots, like csrc/verify_merge.cuh, in four modes:
           this call's number. Twice the bytes, one round trip less, no fence
   nowait  the flag mode's stores and reads with no handshake at all (wrong data; the floor)
 
-Readers: warp w reads parts w, w + 8, ..., each part's range coalesced (two words a lane),
-every pending part's loads issued before any is used. Every value read is checked against
-the value its writer stores in that call (`errors`, flag and tagged modes must read 0). A
+Readers: warp w reads parts w, w + 8, ..., each part's range (60 or 64 words, 16-byte aligned)
+coalesced, one 16-byte load a lane and part, every pending part's loads issued before any is
+used. Every value read is checked against
+the value its writer stores in that call (`errors`, flag and tagged modes must read 0); the
+values are cheap integer patterns, so writing and checking them costs little. A
 CTA's store can be delayed (`--stagger`: CTA c waits up to that many ns after it starts, in
 a scattered order) to put a late publisher on the critical path, as the slow SMs are in the
 kernel. Time per call: a CUDA graph of 12 launches (bench_verify.graph_us), median.
@@ -63,15 +65,14 @@ typedef unsigned int u32;
 
 __device__ __forceinline__ u32 bf16bits(float x) { return __float_as_uint(x) >> 16; }
 __device__ __forceinline__ float bf16f(u32 b) { return __uint_as_float(b << 16); }
-// Values exact in bf16 (multiples of 1/16 up to 1), different in consecutive calls.
+// A cheap value for word w of part j in call t (a few integer operations, so that writing and
+// checking cost little next to the memory traffic; the merge's arithmetic on them is timing
+// only), and LSEs that keep the weights finite.
 __device__ __forceinline__ u32 pair_of(int j, int w, u64 t) {
-  const int s = (int)(t % 17ull);
-  const float a = (float)((j * 7 + (2 * w) * 3 + s) % 17) * 0.0625f;
-  const float b = (float)((j * 7 + (2 * w + 1) * 3 + s) % 17) * 0.0625f;
-  return bf16bits(a) | (bf16bits(b) << 16);
+  return (u32)(j * 8192 + w) ^ ((u32)t * 0x9E3779B9u);
 }
 __device__ __forceinline__ float lse_of(int j, int r, u64 t) {
-  return (float)((j * 5 + r + (int)(t % 11ull)) % 11) * 0.25f;
+  return (float)((j + r + (int)t) & 7) * 0.25f;
 }
 __device__ __forceinline__ u64 ld_relaxed(const u64* p) {
   u64 v;
@@ -133,9 +134,11 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
     if (tid == 0) stamps[c * 4 + 1] = ts;  // thread 0's stores issued (and, flag mode, published)
     // ---- read slice c (pair words [w_lo, w_hi)) of every part ----
-    const int w_lo = (int)((long long)c * SLOT / n), w_hi = (int)((long long)(c + 1) * SLOT / n);
+    // Slices start on 4-word (16-byte) boundaries: 60 or 64 words each (132 CTAs).
+    const int w_lo = (int)((long long)c * SLOT / n) & ~3;
+    const int w_hi = c == n - 1 ? SLOT : (int)((long long)(c + 1) * SLOT / n) & ~3;
     const int nw = w_hi - w_lo, r_lo = w_lo / ROWW;  // nw <= 64: rows r_lo and r_lo + 1 at most
-    const int wpp = (SLOT + n - 1) / n;
+    const int wpp = 72;  // (72: the merge loop's 4 parts a step fall in distinct banks)
     float* lse_s = reinterpret_cast<float*>(stage + n * wpp);
     int bad = 0;
     u32 pending = 0;  // bit i: part warp + 8 i not read yet
@@ -143,14 +146,18 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
       if (warp + 8 * i < n) pending |= 1u << i;
     while (pending) {  // warp-uniform
       if (mode == 2) {
+        // One 16-byte load a lane and part: words 2 lane, 2 lane + 1 of the slice, with tags.
         u64 x[MAXP][2], l[MAXP];
 #pragma unroll
         for (int i = 0; i < MAXP; ++i) {
           x[i][0] = x[i][1] = l[i] = tagw;
           if (pending >> i & 1) {
             const int p = warp + 8 * i;
-            if (lane < nw) x[i][0] = ld_relaxed(tpart + (size_t)p * SLOT + w_lo + lane);
-            if (lane + 32 < nw) x[i][1] = ld_relaxed(tpart + (size_t)p * SLOT + w_lo + lane + 32);
+            if (2 * lane < nw)
+              asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+                           : "=l"(x[i][0]), "=l"(x[i][1])
+                           : "l"(tpart + (size_t)p * SLOT + w_lo + 2 * lane)
+                           : "memory");
             if (lane < 2) l[i] = ld_relaxed(tlse + p * 32 + min(r_lo + lane, 31));
           }
         }
@@ -161,13 +168,10 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
                           (l[i] >> 32) == (tagw >> 32);
           if (__all_sync(0xffffffffu, ok)) {
             const int p = warp + 8 * i;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int w = lane + 32 * h;
-              if (w < nw) {
-                stage[p * wpp + w] = (u32)x[i][h];
-                bad += (u32)x[i][h] != pair_of(p, w_lo + w, t);
-              }
+            if (2 * lane < nw) {
+              const u32 a = (u32)x[i][0], b = (u32)x[i][1];
+              *reinterpret_cast<uint2*>(stage + p * wpp + 2 * lane) = make_uint2(a, b);
+              bad += (a != pair_of(p, w_lo + 2 * lane, t)) + (b != pair_of(p, w_lo + 2 * lane + 1, t));
             }
             if (lane < 2) lse_s[p * 2 + lane] = __uint_as_float((u32)l[i]);
             pending &= ~(1u << i);
@@ -179,16 +183,16 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
           seen = mode == 3 || ld_acquire(flags + warp + 8 * lane) == t;
         const u32 now = __ballot_sync(0xffffffffu, seen) & pending;
         __syncwarp();  // the watching lane's acquire, before the other lanes' loads
-        u32 x[MAXP][2];
+        // One 16-byte load a lane and part (lanes 0-15: words 4 lane .. 4 lane + 3).
+        uint4 x[MAXP];
         float l[MAXP];
 #pragma unroll
         for (int i = 0; i < MAXP; ++i) {
-          x[i][0] = x[i][1] = 0u;
+          x[i] = make_uint4(0u, 0u, 0u, 0u);
           l[i] = 0.f;
           if (now >> i & 1) {
             const int p = warp + 8 * i;
-            if (lane < nw) x[i][0] = __ldcg(part + (size_t)p * SLOT + w_lo + lane);
-            if (lane + 32 < nw) x[i][1] = __ldcg(part + (size_t)p * SLOT + w_lo + lane + 32);
+            if (4 * lane < nw) x[i] = __ldcg(reinterpret_cast<const uint4*>(part + (size_t)p * SLOT + w_lo) + lane);
             if (lane < 2) l[i] = __ldcg(lse + p * 32 + min(r_lo + lane, 31));
           }
         }
@@ -196,13 +200,11 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
         for (int i = 0; i < MAXP; ++i) {
           if (!(now >> i & 1)) continue;
           const int p = warp + 8 * i;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int w = lane + 32 * h;
-            if (w < nw) {
-              stage[p * wpp + w] = x[i][h];
-              bad += x[i][h] != pair_of(p, w_lo + w, t);
-            }
+          if (4 * lane < nw) {
+            *reinterpret_cast<uint4*>(stage + p * wpp + 4 * lane) = x[i];
+            const int w = w_lo + 4 * lane;
+            bad += (x[i].x != pair_of(p, w, t)) + (x[i].y != pair_of(p, w + 1, t)) +
+                   (x[i].z != pair_of(p, w + 2, t)) + (x[i].w != pair_of(p, w + 3, t));
           }
           if (lane < 2) lse_s[p * 2 + lane] = l[i];
         }
@@ -285,8 +287,9 @@ class Endgame:
         self.errors = torch.zeros(1, dtype=i32, device=dev)
         # %globaltimer of each CTA: entry, its stores issued, every range read, merged.
         self.stamps = torch.zeros((n, 4), dtype=i64, device=dev)
-        wpp = (SLOT_WORDS + n - 1) // n
-        self.smem = n * wpp * 4 + n * 2 * 4
+        self.smem = (
+            n * 72 * 4 + n * 2 * 4
+        )  # a part's slice (<= 64 words, 72 apart), then 2 LSEs a part
 
     def __call__(self, mode: int, stagger_ns: int = 0) -> None:
         cp = self.cp
