@@ -18,9 +18,8 @@ nothing of PDL): cold code plus the lost overlap.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
+from cupy_stream import torch_stream
 
 CHUNKS = 16  # warps a CTA, one CTA an SM, each running its own chunk
 CHUNK_FFMAS = 1024  # 16 KB of code a chunk
@@ -65,9 +64,7 @@ class CodeEvictor:
 
     def __call__(self) -> None:
         cp = self.cp
-        with warnings.catch_warnings():  # (ExternalStream: deprecated in newer CuPy, still there)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        stream = torch_stream(cp)
         with stream:
             ptr = cp.uint64(self.buf.data_ptr())
             self.kern((self.sms,), (32 * CHUNKS,), (ptr, cp.uint64(self.buf.data_ptr() + 8)))

@@ -44,24 +44,26 @@ import json
 import os
 import statistics
 import sys
-import warnings
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_verify import graph_us  # noqa: E402
+from cupy_stream import torch_stream  # noqa: E402
 
 MODES = {"empty": 0, "flag": 1, "tagged": 2, "nowait": 3}
 SLOT_WORDS = 8192  # bf16 pairs a partial (32 rows x 512 columns)
 MAX_PARTS_PER_WARP = 17  # n <= 136 parts over 8 warps
+# Words between two parts' slices in shared memory (a slice is at most 64; 72 puts the merge
+# loop's 4 parts a step in distinct banks).
+SLICE_STRIDE = 72
 
 SRC = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
-#define SLOT 8192
+// SLOT, MAXP and WPP come from the Python constants (compile options).
 #define ROWW 256
-#define MAXP 17
 
 __device__ __forceinline__ u32 bf16bits(float x) { return __float_as_uint(x) >> 16; }
 __device__ __forceinline__ float bf16f(u32 b) { return __uint_as_float(b << 16); }
@@ -138,7 +140,7 @@ endgame(int mode, u64* ctr, u64* flags, u32* part, float* lse, u64* tpart, u64* 
     const int w_lo = (int)((long long)c * SLOT / n) & ~3;
     const int w_hi = c == n - 1 ? SLOT : (int)((long long)(c + 1) * SLOT / n) & ~3;
     const int nw = w_hi - w_lo, r_lo = w_lo / ROWW;  // nw <= 64: rows r_lo and r_lo + 1 at most
-    const int wpp = 72;  // (72: the merge loop's 4 parts a step fall in distinct banks)
+    const int wpp = WPP;
     float* lse_s = reinterpret_cast<float*>(stage + n * wpp);
     int bad = 0;
     u32 pending = 0;  // bit i: part warp + 8 i not read yet
@@ -263,7 +265,8 @@ class Endgame:
     def __init__(self, n: int):
         import cupy as cp
 
-        # A slice is at most 64 pair words (two a lane) and a warp reads at most 17 parts.
+        # A slice is at most 64 pair words (one 16-byte load a lane) and a warp reads at most
+        # MAX_PARTS_PER_WARP parts.
         if not 128 <= n <= 8 * MAX_PARTS_PER_WARP:
             raise ValueError(f"the probe needs 128..{8 * MAX_PARTS_PER_WARP} CTAs (got {n})")
         self.cp = cp
@@ -271,7 +274,12 @@ class Endgame:
         self.kern = cp.RawKernel(
             SRC,
             "endgame",
-            options=(f"--gpu-architecture=sm_{major}{minor}",),
+            options=(
+                f"--gpu-architecture=sm_{major}{minor}",
+                f"-DSLOT={SLOT_WORDS}",
+                f"-DMAXP={MAX_PARTS_PER_WARP}",
+                f"-DWPP={SLICE_STRIDE}",
+            ),
             enable_cooperative_groups=True,
         )
         self.n = n
@@ -287,15 +295,12 @@ class Endgame:
         self.errors = torch.zeros(1, dtype=i32, device=dev)
         # %globaltimer of each CTA: entry, its stores issued, every range read, merged.
         self.stamps = torch.zeros((n, 4), dtype=i64, device=dev)
-        self.smem = (
-            n * 72 * 4 + n * 2 * 4
-        )  # a part's slice (<= 64 words, 72 apart), then 2 LSEs a part
+        # Dynamic shared memory: every part's slice, SLICE_STRIDE words apart, then 2 LSEs a part.
+        self.smem = n * SLICE_STRIDE * 4 + n * 2 * 4
 
     def __call__(self, mode: int, stagger_ns: int = 0) -> None:
         cp = self.cp
-        with warnings.catch_warnings():  # (ExternalStream: deprecated in newer CuPy, still there)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        stream = torch_stream(cp)
         ptrs = [
             cp.uint64(t.data_ptr())
             for t in (

@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import warnings
 
 import torch
 
@@ -38,6 +37,7 @@ from bench_verify import (  # noqa: E402
     graph_us,
     launch_floor_us,
 )
+from cupy_stream import torch_stream  # noqa: E402
 
 # bench_verify's B=1 H=8 cases (empty, 5.7k, 23k, 91k, 91k sorted) and B=8 91k.
 CASES = [DEFAULT_CASES[i] for i in (0, 2, 3, 4, 5, 10)]
@@ -189,9 +189,7 @@ class Gather:
             cp.uint64(kv_indices.data_ptr()),
             cp.uint64(pool.data_ptr()),
         )
-        with warnings.catch_warnings():  # (ExternalStream: deprecated in newer CuPy, still there)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        stream = torch_stream(cp)
         with stream:
             if kind == "bulk":
                 warps, slots = (int(x) for x in shape.split("wx"))
