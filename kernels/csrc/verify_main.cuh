@@ -723,9 +723,18 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // the segment's n merges the k-th n-th of its outputs, staged through the idle stage ring
   // (merge_staged), copying each part as soon as its flag says it is stored.
   if (p.fused) {
-    static_assert(T::kBlockM * T::kHeadDimV * 2 + kMaxFusedParts * 16 + (T::kBlockM + 8 * kMaxFusedParts) * 4 <=
+    // A staged merge's n ranges: a slice is at most 8/7 of an n-th of a partial when ticketed
+    // (n - kTicketSkip slices of n >= kTicketMinParts parts), plus 16 B a part for the rounding
+    // to whole granules, plus the pitch's padding (merge_staged: 16 B a part where a slice has
+    // at most 32 granules, else under 1/8 of the range), then LSE runs of span + 6 at most.
+    constexpr int kPartBytes = T::kBlockM * T::kHeadDimV * 2;
+    constexpr int kRanges = kPartBytes * T::kTicketMinParts / (T::kTicketMinParts - T::kTicketSkip) + 1;
+    static_assert(T::kTicketMinParts > T::kTicketSkip, "ticketed merges have slices");
+    static_assert(kRanges + kMaxFusedParts * 16 +
+                          (kMaxFusedParts * 16 > kRanges / 8 ? kMaxFusedParts * 16 : kRanges / 8) +
+                          (T::kBlockM + 8 * kMaxFusedParts) * 4 <=
                       2 * T::kStageBytes,
-                  "a staged merge's parts (ranges rounded to 16 B, LSE runs of span + 6 at most) fit two stages");
+                  "a staged merge's parts (ranges, their padding, LSE runs) fit two stages");
     static_assert((3 * kMaxFusedParts + 2 * 32) * 4 <= T::kRedBytes, "staged merge weights fit red_s");
     uint32_t merge_phase = 0;
     for (int i = 0; i < num_cuts; ++i) {

@@ -127,7 +127,7 @@ __device__ __forceinline__ void merge_store(const VerifyParams& p, const MergeAc
 // side). Thread (warp j % 8, lane j / 8) owns part j: it waits until the
 // part's flag reads `ready` (verify_common.cuh; warps poll the flags 32 at a time and post them
 // in `seen`, zeros on entry and left zero), then issues one bulk copy of that range of the
-// part into shared memory `stage` (n ranges back to back, completing on mbarrier `bar`) and
+// part into shared memory `stage` (part j at j * pitch, completing on mbarrier `bar`) and
 // cp.async copies of the 16-byte-aligned run of its LSEs that covers the range's rows (after the
 // ranges), so early parts travel while late ones are still being computed. Then warp w computes
 // the weights of rows r_lo + w, r_lo + w + 8, ... of the range into `wbuf` [n][span] and the
@@ -147,9 +147,21 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   const int e_lo = g_lo * 8, len = ng * 8;
   const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
   const uint32_t bytes = static_cast<uint32_t>(len) * 2;
+  // The merge below: PG threads a granule (a power of two <= 32 that fills the 256 threads, at
+  // least 1), thread sub of a granule summing parts sub, sub + pg, ...
+  int pg = 1;
+  while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
+  // Where part j's range sits in the stage: j * pitch. A quarter warp's 16-byte loads of one
+  // round (8 / pg granules side by side x pg consecutive parts) hit 8 distinct 16-byte bank
+  // groups when the pitch, in 16-byte units, is 8 / pg modulo 16 / pg (odd from pg = 8 on).
+  // Packed (pitch = bytes), a slice of an even number of granules shared groups: 2- to 8-way
+  // conflicts on every load (8-way at 16 and 24 granules, the B = 1 slices of ~91k and ~5.7k)
+  // for the CTAs that drew such a slice. Padding: at most 7 units (pg 2), 3 (pg 4), 1 (pg >= 8).
+  const int pq = pg >= 8 ? 1 : 8 / pg;
+  const uint32_t pitch = pg == 1 ? bytes : static_cast<uint32_t>(ng + ((pq - ng) & (2 * pq - 1))) * 16;
   // LSE run of a part: rows [a0, a0 + lse_n) of its slot, 16-byte aligned both ends.
   const int a0 = r_lo & ~3, lse_n = ((r_lo + span + 3) & ~3) - a0;
-  float* lse_s = reinterpret_cast<float*>(stage + n * bytes);
+  float* lse_s = reinterpret_cast<float*>(stage + n * pitch);
   const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
   const unsigned long long* flags = p.sync + 1;
   // The stage was last read through the generic proxy (ldmatrix, or the last segment's
@@ -188,7 +200,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       if (pending[u] && (ld_shared_acquire(&seen[own[u] >> 5]) >> (own[u] & 31) & 1u)) {
         const int j = own[u], slot = part_slot(p.num_ctas, c0, j);
         fence_proxy_async_global();  // the acquire before the copy engine's reads
-        bulk_copy_g2s(smem_u32(stage) + j * bytes, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
+        bulk_copy_g2s(smem_u32(stage) + j * pitch, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
                       bar);
         for (int i = 0; i < lse_n; i += 4)
           cp_async_cg16(smem_u32(lse_s + j * lse_n + i), p.part_lse + slot * T::kBlockM + a0 + i);
@@ -236,9 +248,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   mbar_wait(bar, phase);
   phase ^= 1u;
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);  // every part's range landed
-  // Merge: PG threads a granule (a power of two <= 32 that fills the 256 threads, at least 1).
-  int pg = 1;
-  while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
+  // Merge: PG threads a granule (pg above).
   const int sub = tid & (pg - 1);
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 25);  // granule loop entered
   for (int base = 0; base < ng; base += kMath / pg) {  // same trip count in every lane (shuffles)
@@ -265,12 +275,12 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           w[u] = wbuf[(j + u * pg) * span + rr];
-          v[u] = *reinterpret_cast<const uint4*>(stage + (j + u * pg) * bytes + e * 2);
+          v[u] = *reinterpret_cast<const uint4*>(stage + (j + u * pg) * pitch + e * 2);
         }
 #pragma unroll
         for (int u = 0; u < 4; ++u) add(w[u], v[u]);
       }
-      for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * bytes + e * 2));
+      for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * pitch + e * 2));
     }
     if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 26);  // thread 0's parts summed
 #pragma unroll
