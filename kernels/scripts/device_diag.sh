@@ -37,13 +37,41 @@ if [ -z "${NO_SHORT_BENCH:-}" ]; then  # NO_SHORT_BENCH=1: only the A/B passes b
   pack
 fi
 if [ -n "${OLD_TREE:-}" ]; then
-  for i in 1 2; do  # old, new, old, new: the spread between repeats is the noise
-    timeout 200 python3 "$OLD_TREE/bench/bench_verify.py" --json "$WORK/old_bench$i.json" --no-triton --no-sweep \
-      --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" > "$WORK/old_bench$i.log" 2>&1
-    timeout 200 python3 bench/bench_verify.py --json "$WORK/new_bench$i.json" --no-triton --no-sweep \
-      --reps 30 --cases "${BENCH_CASES:-0,2,3,4,5,7}" > "$WORK/new_bench$i.log" 2>&1
-    echo "A/B pass $i at $(( $(date +%s) - t0 )) s"
+  # AB_PASSES passes (default 2): old, new; then new, old; ... (the first benchmark of a pass
+  # reads slower); AB_ARGS go to both trees' bench (e.g. --cold-code). The spread between
+  # passes is the noise.
+  for i in $(seq 1 ${AB_PASSES:-2}); do
+    order="old new"; [ $((i % 2)) -eq 0 ] && order="new old"
+    for tree in $order; do
+      script=bench/bench_verify.py; [ $tree = old ] && script="$OLD_TREE/bench/bench_verify.py"
+      timeout 200 python3 "$script" --json "$WORK/${tree}_bench$i.json" --no-triton --no-sweep \
+        --reps ${AB_REPS:-30} --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${AB_ARGS:-} > "$WORK/${tree}_bench$i.log" 2>&1
+    done
+    echo "A/B pass $i ($order) at $(( $(date +%s) - t0 )) s"
   done
+  python3 - "$WORK" ${AB_PASSES:-2} <<'PY' | tee "$WORK/ab_summary.txt"
+import json, statistics, sys
+work, passes = sys.argv[1], int(sys.argv[2])
+rows = {}
+for tree in ("old", "new"):
+    for i in range(1, passes + 1):
+        try:
+            res = json.load(open(f"{work}/{tree}_bench{i}.json"))
+        except OSError:
+            continue
+        for c in res["cases"]:
+            key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
+            for col in ("ours_graph_us", "ours_graph_cold_code_us"):
+                if isinstance(c.get(col), (int, float)):
+                    rows.setdefault((key, col), {}).setdefault(tree, []).append(c[col])
+print("graph us per call by pass; change = median(new) - median(old)")
+for (key, col), by in rows.items():
+    old, new = by.get("old", []), by.get("new", [])
+    ch = statistics.median(new) - statistics.median(old) if old and new else float("nan")
+    name = "cold" if "cold" in col else "warm"
+    fmt = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    print(f"{key:26s} {name}  old {fmt(old)}  new {fmt(new)}  change {ch:+.2f}")
+PY
   pack
 fi
 if [ -n "${AB_OPTION:-}" ]; then
