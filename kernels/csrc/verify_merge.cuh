@@ -267,22 +267,20 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       }
     };
     if (live) {
-      // Parts sub, sub + pg, ... eight a round, all eight rounds' shared-memory loads issued
-      // together (one latency a round). Every lane runs the same rounds (ceil(n / pg) parts, 8
-      // at a time); a slot past n re-reads part sub with weight 0.
-      const int rounds = ((n + pg - 1) / pg + 7) / 8;
-      for (int r8 = 0, j = sub; r8 < rounds; ++r8, j += 8 * pg) {
-        float w[8];
-        uint4 v[8];
+      // Four parts a step, their shared-memory loads issued together (one latency, not four).
+      int j = sub;
+      for (; j + 3 * pg < n; j += 4 * pg) {
+        float w[4];
+        uint4 v[4];
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int ju = j + u * pg, jr = ju < n ? ju : sub;
-          w[u] = ju < n ? wbuf[ju * span + rr] : 0.f;
-          v[u] = *reinterpret_cast<const uint4*>(stage + jr * pitch + e * 2);
+        for (int u = 0; u < 4; ++u) {
+          w[u] = wbuf[(j + u * pg) * span + rr];
+          v[u] = *reinterpret_cast<const uint4*>(stage + (j + u * pg) * pitch + e * 2);
         }
 #pragma unroll
-        for (int u = 0; u < 8; ++u) add(w[u], v[u]);
+        for (int u = 0; u < 4; ++u) add(w[u], v[u]);
       }
+      for (; j < n; j += pg) add(wbuf[j * span + rr], *reinterpret_cast<const uint4*>(stage + j * pitch + e * 2));
     }
     if (tid == 0 && base == 0) trace_point<kTrace>(p, blockIdx.x, 26);  // thread 0's parts summed
 #pragma unroll
