@@ -103,7 +103,8 @@ for key, by in rows.items():
 PY
   pack
 fi
-for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices
+for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices; "none" skips the trace
+  [ "$tv" = none ] && continue
   va=""; [ "$tv" = default ] || va="--variant $tv"
   timeout ${TRACE_TIMEOUT:-150} python3 bench/trace_verify.py --json "$WORK/trace_$tv.json" $va ${TRACE_ARGS:-} \
     > "$WORK/trace_$tv.log" 2>&1
