@@ -3,6 +3,12 @@
 
 #include <cstddef>
 
+#if defined(__CUDACC__)
+#define KDTREE_HD __host__ __device__
+#else
+#define KDTREE_HD
+#endif
+
 namespace kdtree_mla {
 
 struct VerifyTraits {
@@ -112,5 +118,39 @@ constexpr int kCombineRegs = 128;
 constexpr int kCombineBatch = 34;  // parts a combine warp loads in one round (<= 64)
 constexpr int kCombineMaxParts = 1024;  // max CTAs of the main kernel (num_ctas + 1 parts)
 constexpr int kMaxFusedParts = 512;     // max CTAs of a fused-merge grid (verify_launch.h)
+
+// One CTA's slice of a staged fused merge (verify_merge.cuh merge_staged): slice k of ns of a
+// cut segment's rows x 512 outputs, in 8-element granules. Shared with the host so the compile
+// test can check every slice's shared-memory layout (tests/smem_probe.cpp).
+struct MergeSlice {
+  int g_lo, ng;     // first granule and granules of the slice (ng 0: nothing to merge)
+  int r_lo, span;   // the rows the slice touches
+  int a0, lse_n;    // a part's LSE run: rows [a0, a0 + lse_n) of its slot, 16-byte aligned both ends
+  int pg;           // threads a granule: a power of two <= 32 that fills the 256 math threads, at least 1
+  int pitch;        // bytes from one part's range to the next in the staging (a multiple of 16)
+};
+// Where part j's range sits in the staging: j * pitch. A quarter warp's 16-byte loads of one
+// round (8 / pg granules side by side x pg consecutive parts) hit 8 distinct 16-byte bank
+// groups when the pitch, in 16-byte units, is 8 / pg modulo 16 / pg (odd from pg = 8 on).
+// Packed (pitch = the range's bytes), a slice of an even number of granules shared groups: 2-
+// to 8-way conflicts on every load (8-way at 16 and 24 granules, the B = 1 slices of ~91k and
+// ~5.7k on 132 SMs). Padding: at most 7 units (pg 2), 3 (pg 4), 1 (pg >= 8).
+KDTREE_HD constexpr MergeSlice merge_slice(int rows, int k, int ns) {
+  using T = VerifyTraits;
+  const int units = rows * (T::kHeadDimV / 8);
+  const int g_lo = k * units / ns, ng = (k + 1) * units / ns - g_lo;
+  const int e_lo = g_lo * 8, r_lo = e_lo / T::kHeadDimV;
+  const int span = (e_lo + ng * 8 - 1) / T::kHeadDimV - r_lo + 1;  // (meaningless when ng is 0)
+  int pg = 1;
+  while (pg < 32 && pg * 2 * ng <= T::kMathThreads) pg *= 2;
+  const int pq = pg >= 8 ? 1 : 8 / pg;
+  const int units16 = pg == 1 ? ng : ng + ((pq - ng) & (2 * pq - 1));
+  const int a0 = r_lo & ~3;
+  return MergeSlice{g_lo, ng, r_lo, span, a0, ((r_lo + span + 3) & ~3) - a0, pg, units16 * 16};
+}
+// Shared memory a staged merge of n parts uses for slice s: the ranges, then the LSE runs (in
+// the stage ring); the weights, 1/l and LSEs (in the S-partial buffer).
+KDTREE_HD constexpr int merge_stage_bytes(int n, const MergeSlice& s) { return n * s.pitch + n * s.lse_n * 4; }
+KDTREE_HD constexpr int merge_weight_bytes(int n, const MergeSlice& s) { return (n + 2) * s.span * 4; }
 
 }  // namespace kdtree_mla

@@ -141,26 +141,13 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
                                              float* wbuf, uint32_t bar, uint32_t& phase, Sync sync) {
   constexpr int kMath = T::kMathThreads, kMathWarps = T::kMathWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int units = rows * (T::kHeadDimV / 8);  // 8-element granules of the segment
-  const int g_lo = k * units / ns, g_hi = (k + 1) * units / ns, ng = g_hi - g_lo;
+  const MergeSlice sl = merge_slice(rows, k, ns);  // (traits.h: the granules, rows and staging layout)
+  const int ng = sl.ng;
   if (ng == 0) return;  // (uniform: k and n are the same for the whole CTA)
-  const int e_lo = g_lo * 8, len = ng * 8;
-  const int r_lo = e_lo / T::kHeadDimV, span = (e_lo + len - 1) / T::kHeadDimV - r_lo + 1;
-  const uint32_t bytes = static_cast<uint32_t>(len) * 2;
-  // The merge below: PG threads a granule (a power of two <= 32 that fills the 256 threads, at
-  // least 1), thread sub of a granule summing parts sub, sub + pg, ...
-  int pg = 1;
-  while (pg < 32 && pg * 2 * ng <= kMath) pg *= 2;
-  // Where part j's range sits in the stage: j * pitch. A quarter warp's 16-byte loads of one
-  // round (8 / pg granules side by side x pg consecutive parts) hit 8 distinct 16-byte bank
-  // groups when the pitch, in 16-byte units, is 8 / pg modulo 16 / pg (odd from pg = 8 on).
-  // Packed (pitch = bytes), a slice of an even number of granules shared groups: 2- to 8-way
-  // conflicts on every load (8-way at 16 and 24 granules, the B = 1 slices of ~91k and ~5.7k)
-  // for the CTAs that drew such a slice. Padding: at most 7 units (pg 2), 3 (pg 4), 1 (pg >= 8).
-  const int pq = pg >= 8 ? 1 : 8 / pg;
-  const uint32_t pitch = pg == 1 ? bytes : static_cast<uint32_t>(ng + ((pq - ng) & (2 * pq - 1))) * 16;
-  // LSE run of a part: rows [a0, a0 + lse_n) of its slot, 16-byte aligned both ends.
-  const int a0 = r_lo & ~3, lse_n = ((r_lo + span + 3) & ~3) - a0;
+  const int e_lo = sl.g_lo * 8, len = ng * 8, r_lo = sl.r_lo, span = sl.span, pg = sl.pg;
+  const uint32_t bytes = static_cast<uint32_t>(len) * 2, pitch = static_cast<uint32_t>(sl.pitch);
+  // LSE run of a part: rows [a0, a0 + lse_n) of its slot.
+  const int a0 = sl.a0, lse_n = sl.lse_n;
   float* lse_s = reinterpret_cast<float*>(stage + n * pitch);
   const __nv_bfloat16* part = static_cast<const __nv_bfloat16*>(p.part_o);
   const unsigned long long* flags = p.sync + 1;
@@ -248,7 +235,7 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
   mbar_wait(bar, phase);
   phase ^= 1u;
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 23);  // every part's range landed
-  // Merge: PG threads a granule (pg above).
+  // Merge: pg threads a granule, thread sub of a granule summing parts sub, sub + pg, ...
   const int sub = tid & (pg - 1);
   if (tid == 0) trace_point<kTrace>(p, blockIdx.x, 25);  // granule loop entered
   for (int base = 0; base < ng; base += kMath / pg) {  // same trip count in every lane (shuffles)

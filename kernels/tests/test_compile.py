@@ -1,12 +1,14 @@
 """Compiles the CUDA sources with plain nvcc for sm_120 and sm_90 (no GPU, no torch headers)
 and fails on register spills, local-memory stack, >255 registers, a block that cannot be
-resident, or a shared-memory configuration over the architecture's per-block limit.
+resident, or a shared-memory configuration over the architecture's per-block limit. Also checks,
+on the host, every slice layout of the fused merge (staging size, bank conflicts).
 
 nvcc comes from $NVCC, else PATH, else /usr/local/bin/nvcc or /usr/local/cuda/bin/nvcc.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import re
@@ -79,6 +81,7 @@ def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]
     return funcs
 
 
+@functools.cache
 def launch_config() -> dict:
     gxx = shutil.which("g++") or shutil.which("c++")
     if gxx is None:
@@ -88,6 +91,7 @@ def launch_config() -> dict:
         [
             gxx,
             "-std=c++17",
+            "-O2",
             "-I",
             str(CSRC),
             str(ROOT / "tests" / "smem_probe.cpp"),
@@ -170,3 +174,19 @@ def test_sm120_gets_a_config_within_its_smem_limit():
     for v, var in cfg["variants"].items():
         if var["smem"] > SMEM_LIMIT["sm_120"]:
             assert v != cfg["variant_sm120"]
+
+
+def test_fused_merge_slices_fit_and_have_no_bank_conflicts():
+    """Every slice a fused merge can take (2..512 parts, 1..32 rows, ticketed or not), with the
+    layout the kernel computes (traits.h merge_slice): its staging fits the two stages sm_120's
+    variant has, its weights fit the S-partial buffer, and no quarter warp of the granule loop
+    reads two addresses in one bank group. The packed layout the kernel used before session 11
+    must show conflicts, or the check would not be checking anything."""
+    cfg = launch_config()
+    assert cfg["merge_slices"] > 1_000_000
+    assert cfg["merge_misaligned"] == 0
+    assert cfg["merge_worst_stage_bytes"] <= 2 * cfg["stage_bytes"]
+    assert cfg["merge_worst_weight_bytes"] <= cfg["red_bytes"]
+    assert cfg["merge_max_pad_units"] <= 7
+    assert cfg["merge_conflicts"] == 0
+    assert cfg["merge_packed_conflicts"] > 0
