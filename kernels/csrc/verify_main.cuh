@@ -725,8 +725,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   if (p.fused) {
     // A staged merge's n ranges: a slice is at most 8/7 of an n-th of a partial when ticketed
     // (n - kTicketSkip slices of n >= kTicketMinParts parts), plus 16 B a part for the rounding
-    // to whole granules, plus the pitch's padding (merge_staged: 16 B a part where a slice has
-    // at most 32 granules, else under 1/8 of the range), then LSE runs of span + 6 at most.
+    // to whole granules, plus the pitch's padding (traits.h merge_slice: 16 B a part where a
+    // slice has at most 32 granules, else under 1/8 of the range), then LSE runs of span + 6 at
+    // most. A bound; the compile test checks every slice's exact bytes (tests/smem_probe.cpp).
     constexpr int kPartBytes = T::kBlockM * T::kHeadDimV * 2;
     constexpr int kRanges = kPartBytes * T::kTicketMinParts / (T::kTicketMinParts - T::kTicketSkip) + 1;
     static_assert(T::kTicketMinParts > T::kTicketSkip, "ticketed merges have slices");
