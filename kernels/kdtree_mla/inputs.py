@@ -10,7 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
+from .ref import (
+    build_custom_mask,
+    random_tree_parents,
+    tree_mask_from_parents,
+    verify_attention_ref,
+)
 
 __all__ = ["VerifyInputs", "make_inputs"]
 
@@ -38,6 +43,23 @@ class VerifyInputs:
     @property
     def num_heads(self) -> int:
         return int(self.q.shape[1])
+
+    def reference(self, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+        """(o, lse) of the torch reference (``ref.verify_attention_ref``) on these inputs."""
+        return verify_attention_ref(
+            self.q,
+            self.k_extend,
+            self.v_extend,
+            self.k_buffer,
+            self.v_buffer,
+            self.qo_indptr,
+            self.kv_indptr,
+            self.kv_indices,
+            self.custom_mask,
+            self.mask_indptr,
+            self.sm_scale,
+            dtype,
+        )
 
     def kv_bytes(self) -> int:
         """Bytes of KV a verify call must read: every prefix and draft token row once."""

@@ -66,19 +66,7 @@ def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False, out=None
 
 
 def reference(inp):
-    return verify_attention_ref(
-        inp.q,
-        inp.k_extend,
-        inp.v_extend,
-        inp.k_buffer,
-        inp.v_buffer,
-        inp.qo_indptr,
-        inp.kv_indptr,
-        inp.kv_indices,
-        inp.custom_mask,
-        inp.mask_indptr,
-        inp.sm_scale,
-    )
+    return inp.reference()
 
 
 def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
