@@ -49,29 +49,8 @@ if [ -n "${OLD_TREE:-}" ]; then
     done
     echo "A/B pass $i ($order) at $(( $(date +%s) - t0 )) s"
   done
-  python3 - "$WORK" ${AB_PASSES:-2} <<'PY' | tee "$WORK/ab_summary.txt"
-import json, statistics, sys
-work, passes = sys.argv[1], int(sys.argv[2])
-rows = {}
-for tree in ("old", "new"):
-    for i in range(1, passes + 1):
-        try:
-            res = json.load(open(f"{work}/{tree}_bench{i}.json"))
-        except OSError:
-            continue
-        for c in res["cases"]:
-            key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
-            for col in ("ours_graph_us", "ours_graph_cold_code_us"):
-                if isinstance(c.get(col), (int, float)):
-                    rows.setdefault((key, col), {}).setdefault(tree, []).append(c[col])
-print("graph us per call by pass; change = median(new) - median(old)")
-for (key, col), by in rows.items():
-    old, new = by.get("old", []), by.get("new", [])
-    ch = statistics.median(new) - statistics.median(old) if old and new else float("nan")
-    name = "cold" if "cold" in col else "warm"
-    fmt = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
-    print(f"{key:26s} {name}  old {fmt(old)}  new {fmt(new)}  change {ch:+.2f}")
-PY
+  files() { seq -f "$WORK/$1_bench%g.json" 1 ${AB_PASSES:-2} | paste -sd, -; }
+  python3 bench/ab_summary.py "old=$(files old)" "new=$(files new)" | tee "$WORK/ab_summary.txt"
   pack
 fi
 if [ -n "${AB_OPTION:-}" ]; then
@@ -84,23 +63,8 @@ if [ -n "${AB_OPTION:-}" ]; then
     done
     order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
   done
-  python3 - "$WORK" $AB_VALUES <<'PY'
-import json, sys
-work, values = sys.argv[1], sys.argv[2:]
-rows = {}
-for v in values:
-    for p in (1, 2):
-        try:
-            res = json.load(open(f"{work}/ab_v{v}_p{p}.json"))
-        except OSError:
-            continue
-        for c in res["cases"]:
-            key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
-            rows.setdefault(key, {}).setdefault(v, []).append(round(c["ours_graph_us"], 2))
-print("graph us per call, passes 1 / 2, by value:", " ".join(values))
-for key, by in rows.items():
-    print(key, " | ".join(f"{v}: {' / '.join(map(str, by.get(v, [])))}" for v in values))
-PY
+  args=(); for v in $AB_VALUES; do args+=("$v=$WORK/ab_v${v}_p1.json,$WORK/ab_v${v}_p2.json"); done
+  python3 bench/ab_summary.py "${args[@]}" | tee "$WORK/ab_summary.txt"
   pack
 fi
 for tv in ${TRACE_VARIANTS:-default}; do  # traced _C.VARIANTS indices; "none" skips the trace
