@@ -1,9 +1,13 @@
 // Thin torch binding: checks every tensor argument, fills VerifyParams, launches.
-// No C++ exception leaves this file: a failed check or launch returns "<Kind>: <message>"
-// (Kind = ValueError, TypeError or RuntimeError) and kdtree_mla.api raises it in Python.
-// (On the H200 image the first version, which threw c10::Error via TORCH_CHECK, crashed the
-// process with SIGSEGV on its argument-error test; the suspected cause is the exception
-// crossing into torch's pybind11 translator. Returning the message avoids exceptions.)
+// No C++ exception leaves this file: a failed check or launch yields "<Kind>: <message>"
+// (Kind = ValueError, TypeError or RuntimeError), which the call's entry point raises as that
+// Python exception. (On the H200 image the first version, which threw c10::Error via
+// TORCH_CHECK, crashed the process with SIGSEGV on its argument-error test; the suspected cause
+// is the exception crossing into torch's pybind11 translator. Returning the message avoids
+// exceptions.)
+// The per-call entry point, verify_fwd, is a plain CPython METH_FASTCALL function rather than a
+// pybind11 one: it runs on every layer of every eager step, and pybind11's dispatch of its 14
+// arguments cost more than the checks themselves (docs/kernel-benchmarks.md, session 12).
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -108,12 +112,15 @@ struct WorkspaceHandle {
   Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
   Err error;                          // why the tensors are unusable; empty when they are fine
   at::Device device{at::kCPU};
-  int64_t max_tokens = 0, max_batch = 0;
+  int64_t max_tokens = 0, max_batch = 0, num_heads = 0;
 };
 
 Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.num_ctas >= 1 && w.num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
                  kCombineMaxParts - 1, " (got ", w.num_ctas, ")");
+  KD_CHECK_VALUE(w.num_heads == 8 || w.num_heads == 16 || w.num_heads == 32 || w.num_heads == 64 ||
+                     w.num_heads == 128,
+                 "workspace: num_heads must be one of 8, 16, 32, 64, 128 (got ", w.num_heads, ")");
   KD_CHECK_VALUE(w.part_o.defined() && w.part_o.is_cuda(), "workspace.partial_o: must be a CUDA tensor");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
                                 std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
@@ -139,10 +146,11 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   return {};
 }
 
-Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) {
+Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T, int64_t H) {
   if (!w.error.empty()) return w.error;
   KD_CHECK_VALUE(w.device == dev, "workspace: allocated on ", w.device, ", q is on ", dev);
   KD_CHECK_VALUE(T <= w.max_tokens, "q: T=", T, " exceeds the workspace's max_tokens=", w.max_tokens);
+  KD_CHECK_VALUE(H == w.num_heads, "q: H=", H, " but the workspace is declared for num_heads=", w.num_heads);
   if (kVariants[w.force_variant > 0 && w.force_variant < kNumVariants ? w.force_variant : 0].mode & kModeTrace) {
     const Tensor& t = w.trace;
     KD_CHECK_VALUE(t.defined() && t.device() == dev && t.scalar_type() == at::kLong && t.is_contiguous() &&
@@ -153,11 +161,11 @@ Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T) 
   return {};
 }
 
-Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
-                const Tensor& k_buffer, const Tensor& v_buffer, const Tensor& qo_indptr,
-                const Tensor& kv_indptr, const Tensor& kv_indices,
-                const std::optional<Tensor>& custom_mask, const std::optional<Tensor>& mask_indptr,
-                double sm_scale, const std::optional<Tensor>& lse, const WorkspaceHandle& ws) {
+// custom_mask, mask_indptr and lse may be null (None).
+Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
+                     const Tensor& k_buffer, const Tensor& v_buffer, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor* custom_mask,
+                     const Tensor* mask_indptr, double sm_scale, const Tensor* lse, const WorkspaceHandle& ws) {
   using Tr = VerifyTraits;
   KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
@@ -190,7 +198,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
 
   const int64_t B = qo_indptr.numel() - 1;
   KD_CHECK_VALUE(B >= 1, "qo_indptr: needs B+1 >= 2 elements (got ", qo_indptr.numel(), ")");
-  KD_TRY(check_workspace(ws, dev, T));
+  KD_TRY(check_workspace(ws, dev, T, H));
   KD_CHECK_VALUE(B <= Tr::kMaxBatch && B <= ws.max_batch, "qo_indptr: B=", B,
                     " exceeds the workspace's max_batch");
   int index64 = 0;
@@ -204,14 +212,14 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
 
   const uint8_t* mask_ptr = nullptr;
   const void* mask_indptr_ptr = nullptr;
-  if (custom_mask.has_value()) {
+  if (custom_mask != nullptr) {
     const Tensor& m = *custom_mask;
     KD_TRY(check_cuda(m, "custom_mask", dev));
     KD_CHECK_TYPE(m.scalar_type() == at::kByte || m.scalar_type() == at::kBool,
                      "custom_mask: must be uint8 or bool (got ", m.scalar_type(), ")");
     KD_CHECK_VALUE(m.dim() == 1 && m.is_contiguous(), "custom_mask: must be a contiguous 1-D tensor (got ",
                       shape_str(m), ")");
-    KD_CHECK_VALUE(mask_indptr.has_value(), "mask_indptr: required when custom_mask is given");
+    KD_CHECK_VALUE(mask_indptr != nullptr, "mask_indptr: required when custom_mask is given");
     KD_TRY(check_index(*mask_indptr, "mask_indptr", dev, B + 1, &w64));
     if (w64) index64 |= kMaskIndptr64;
     mask_ptr = static_cast<const uint8_t*>(m.data_ptr());
@@ -220,7 +228,7 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
 
   float* lse_ptr = nullptr;
   int64_t lse_stride = 0;
-  if (lse.has_value()) {
+  if (lse != nullptr) {
     const Tensor& l = *lse;
     KD_TRY(check_cuda(l, "lse", dev));
     KD_CHECK_TYPE(l.scalar_type() == at::kFloat, "lse: must be float32 (got ", l.scalar_type(), ")");
@@ -273,6 +281,86 @@ Err verify_fwd(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, 
   return {};
 }
 
+// --- verify_fwd: the per-call entry point (CPython METH_FASTCALL) ---------------------------
+
+constexpr Py_ssize_t kNumArgs = 14;
+constexpr const char* kArgNames[kNumArgs] = {
+    "q",         "k_extend",   "v_extend",    "o_extend", "k_buffer", "v_buffer", "qo_indptr",
+    "kv_indptr", "kv_indices", "custom_mask", "mask_indptr", "sm_scale", "lse", "workspace"};
+
+// The tensor an argument holds (borrowed: the caller's reference keeps it alive for the call),
+// or null when it is not a torch.Tensor.
+const Tensor* as_tensor(PyObject* obj) {
+  if (THPVariable_CheckExact(obj)) return &THPVariable_Unpack(obj);
+  const int r = THPVariableClass ? PyObject_IsInstance(obj, THPVariableClass) : 0;
+  if (r < 0) PyErr_Clear();
+  return r > 0 ? &THPVariable_Unpack(obj) : nullptr;
+}
+
+PyObject* raise_type(Py_ssize_t i, PyObject* obj, const char* what) {
+  PyErr_Format(PyExc_TypeError, "%s: must be %s (got %s)", kArgNames[i], what, Py_TYPE(obj)->tp_name);
+  return nullptr;
+}
+
+// Raises "<Kind>: message" as that exception.
+PyObject* raise_err(const Err& e) {
+  PyObject* kind = PyExc_RuntimeError;
+  const char* msg = e.c_str();
+  for (auto [prefix, exc] : {std::pair<const char*, PyObject*>{"ValueError: ", PyExc_ValueError},
+                             std::pair<const char*, PyObject*>{"TypeError: ", PyExc_TypeError},
+                             std::pair<const char*, PyObject*>{"RuntimeError: ", PyExc_RuntimeError}}) {
+    const size_t n = std::char_traits<char>::length(prefix);
+    if (e.compare(0, n, prefix) == 0) {
+      kind = exc;
+      msg += n;
+      break;
+    }
+  }
+  PyErr_SetString(kind, msg);
+  return nullptr;
+}
+
+// verify_fwd(q, k_extend, v_extend, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
+//            custom_mask | None, mask_indptr | None, sm_scale, lse | None, workspace) -> None
+PyObject* verify_fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != kNumArgs) {
+    PyErr_Format(PyExc_TypeError, "verify_fwd takes %zd positional arguments (%zd given)", kNumArgs, nargs);
+    return nullptr;
+  }
+  const Tensor* t[kNumArgs] = {};
+  for (Py_ssize_t i = 0; i < kNumArgs; ++i) {
+    if (i == 11 || i == 13) continue;  // sm_scale, workspace
+    const bool optional = i == 9 || i == 10 || i == 12;
+    if (optional && args[i] == Py_None) continue;
+    t[i] = as_tensor(args[i]);
+    if (t[i] == nullptr) return raise_type(i, args[i], optional ? "a torch.Tensor or None" : "a torch.Tensor");
+  }
+  const double sm_scale = PyFloat_AsDouble(args[11]);
+  if (sm_scale == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return raise_type(11, args[11], "a float");
+  }
+  try {
+    pybind11::detail::make_caster<WorkspaceHandle> ws;
+    if (args[13] == Py_None || !ws.load(pybind11::handle(args[13]), false))
+      return raise_type(13, args[13], "the extension's Workspace (VerifyWorkspace._handle)");
+    const Err e = check_and_launch(*t[0], *t[1], *t[2], *t[3], *t[4], *t[5], *t[6], *t[7], *t[8], t[9], t[10],
+                                   sm_scale, t[12], pybind11::detail::cast_op<const WorkspaceHandle&>(ws));
+    if (!e.empty()) return raise_err(e);
+  } catch (const std::exception& ex) {  // not expected: nothing above throws by design
+    PyErr_Format(PyExc_RuntimeError, "kdtree_mla verify_fwd: %s", ex.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_methods[] = {
+    {"verify_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&verify_fwd)), METH_FASTCALL,
+     "verify_fwd(q, k_extend, v_extend, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, "
+     "mask_indptr, sm_scale, lse, workspace): MLA target-verify attention, a checked launch (positional "
+     "arguments only; None for custom_mask, mask_indptr, lse). Raises ValueError/TypeError/RuntimeError."},
+    {nullptr, nullptr, 0, nullptr}};
+
 int variant_for_device(int64_t device) { return verify_variant_for_device(static_cast<int>(device)); }
 
 }  // namespace
@@ -283,7 +371,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using kdtree_mla::WorkspaceHandle;
   pybind11::class_<WorkspaceHandle>(m, "Workspace", "device scratch of a VerifyWorkspace (see kdtree_mla.api)")
       .def(pybind11::init([](at::Tensor part_o, at::Tensor part_lse, at::Tensor sched, at::Tensor tokinfo,
-                             at::Tensor sync, int64_t num_ctas) {
+                             at::Tensor sync, int64_t num_ctas, int64_t num_heads) {
         WorkspaceHandle w;
         w.part_o = std::move(part_o);
         w.part_lse = std::move(part_lse);
@@ -291,6 +379,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         w.tokinfo = std::move(tokinfo);
         w.sync = std::move(sync);
         w.num_ctas = num_ctas;
+        w.num_heads = num_heads;
         w.error = kdtree_mla::check_workspace_tensors(w);
         if (w.error.empty()) {
           w.device = w.part_o.device();
@@ -312,8 +401,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                                                      w.split_combine ? kdtree_mla::kLaunchSplit : 0);
                              })
       .def_readwrite("trace", &WorkspaceHandle::trace);
-  m.def("verify_fwd", &kdtree_mla::verify_fwd,
-        "MLA target-verify attention (checked launch); returns '' or '<ExceptionKind>: message'");
+  if (PyModule_AddFunctions(m.ptr(), kdtree_mla::g_methods) != 0) throw pybind11::error_already_set();
   m.def("fused_pdl", [](int64_t device) { return kdtree_mla::verify_fused_pdl(static_cast<int>(device)); },
         "fused (cooperative) launches on a device use PDL: 0 none yet, 1 yes, 2 refused by the driver");
   m.def("variant_for_device", &kdtree_mla::variant_for_device,

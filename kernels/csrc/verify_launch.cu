@@ -45,8 +45,11 @@ cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t s
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
+  // The launch's own status; a failed launch's error is also cleared from the thread's last
+  // error, so the caller's next CUDA call does not report it again (we raise it ourselves).
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  if (e != cudaSuccess) cudaGetLastError();
+  return e;
 }
 
 template <int kStages, bool kPipe, int kMode, int kLoaders = 1>
@@ -71,7 +74,6 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std:
     coop_pdl.store(1, std::memory_order_release);
     return e;
   }
-  cudaGetLastError();
   e = launch(kernel, grid, block, smem, stream, p, false, true);
   if (e == cudaSuccess) coop_pdl.store(2, std::memory_order_release);
   return e;

@@ -36,7 +36,23 @@ if [ -z "${NO_SHORT_BENCH:-}" ]; then  # NO_SHORT_BENCH=1: only the A/B passes b
   echo "bench rc=$? at $(( $(date +%s) - t0 )) s"; grep '^|' "$WORK/bench.log" | head -20
   pack
 fi
-if [ -n "${OLD_TREE:-}" ]; then
+# HOST_PASSES=N: the host path (bench/host_path.py) N times, alternating this tree and OLD_TREE
+# when given, after bench/launch_probe.cu (the launch APIs' own host cost).
+if [ -n "${HOST_PASSES:-}" ]; then
+  nvcc -O2 -arch=sm_90 -o "$WORK/launch_probe" bench/launch_probe.cu > "$WORK/launch_probe.log" 2>&1 &&
+    timeout 120 "$WORK/launch_probe" >> "$WORK/launch_probe.log" 2>&1
+  echo "launch probe rc=$? at $(( $(date +%s) - t0 )) s"; tail -20 "$WORK/launch_probe.log"
+  for i in $(seq 1 "$HOST_PASSES"); do
+    order=new; [ -n "${OLD_TREE:-}" ] && { order="old new"; [ $((i % 2)) -eq 0 ] && order="new old"; }
+    for tree in $order; do
+      script=bench/host_path.py; [ $tree = old ] && script="$OLD_TREE/bench/host_path.py"
+      timeout 120 python3 "$script" > "$WORK/host_${tree}$i.txt" 2>&1
+      echo "host path $tree pass $i rc=$?"; cat "$WORK/host_${tree}$i.txt"
+    done
+  done
+  pack
+fi
+if [ -n "${OLD_TREE:-}" ] && [ "${AB_PASSES:-2}" -gt 0 ]; then
   # AB_PASSES passes (default 2): old, new; then new, old; ... (the first benchmark of a pass
   # reads slower); AB_ARGS go to both trees' bench (e.g. --cold-code). The spread between
   # passes is the noise.

@@ -511,6 +511,8 @@ def test_bad_arguments_raise_with_a_message():
         sm_scale=0.1,
     )
     f = api().extend_attention_fwd
+    bf16 = dict(dtype=torch.bfloat16, device="cuda")
+    k5 = torch.zeros(5, 1, 576, **bf16)
     bad = [
         (dict(q_extend=inp.q.float()), TypeError, "q: must be bfloat16"),
         (dict(q_extend=inp.q[:, :, :512]), ValueError, "q: expected shape"),
@@ -527,10 +529,44 @@ def test_bad_arguments_raise_with_a_message():
         ),
         (dict(mask_indptr=None), ValueError, "mask_indptr: required"),
         (dict(logit_cap=30.0), ValueError, "logit_cap"),
+        # Against the workspace's declared shape (num_heads=8, max_tokens=4).
+        (
+            dict(
+                q_extend=torch.zeros(4, 16, 576, **bf16), o_extend=torch.empty(4, 16, 512, **bf16)
+            ),
+            ValueError,
+            "declared for num_heads=8",
+        ),
+        (
+            dict(
+                q_extend=torch.zeros(5, 8, 576, **bf16),
+                k_extend=k5,
+                v_extend=k5[..., :512],
+                o_extend=torch.empty(5, 8, 512, **bf16),
+            ),
+            ValueError,
+            "exceeds the workspace's max_tokens=4",
+        ),
+        # Not tensors at all (the entry point's own checks).
+        (dict(kv_indices=inp.kv_indices.tolist()), TypeError, "kv_indices: must be a torch.Tensor"),
+        (
+            dict(custom_mask=inp.custom_mask.cpu().numpy()),
+            TypeError,
+            "custom_mask: must be a torch.Tensor or None",
+        ),
+        (dict(sm_scale="0.1"), TypeError, "sm_scale: must be a float"),
     ]
     for change, exc, msg in bad:
         print(f"bad-argument case: {msg}", flush=True)  # locates a crash in the log
         with pytest.raises(exc, match=msg):
             f(**{**base, **change}, workspace=ws)
+    # The extension's entry point itself: argument count and the workspace object.
+    ext = api().load()
+    args = [inp.q, inp.k_extend, inp.v_extend, o, inp.k_buffer, inp.v_buffer, inp.qo_indptr]
+    args += [inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr, 0.1, None]
+    with pytest.raises(TypeError, match="takes 14 positional arguments \\(13 given\\)"):
+        ext.verify_fwd(*args)
+    with pytest.raises(TypeError, match="workspace: must be the extension's Workspace"):
+        ext.verify_fwd(*args, ws)
     # The process survives and the kernel still works afterwards.
     check(inp, ws)
