@@ -42,10 +42,11 @@ Availability: ``load()`` imports the extension or raises ImportError with the re
 ``compiled_archs()`` lists the architectures it was built for; ``device_supported(device)``
 returns (ok, reason) and never raises.
 
-Per-step work: none is needed. Each call is two kernel launches (split-KV main kernel, LSE
-combine); the schedule is computed inside the main kernel from ``qo_indptr``/``kv_indptr``
-(one read of B+1 values per CTA), so there is no separate scheduler launch to hoist out of
-the 61 layers.
+Per-step work: none is needed. Each call is one kernel launch (a cooperative split-KV kernel
+that merges its own partials) where the grid fits one CTA per SM, else two (main kernel, LSE
+combine; see ``VerifyWorkspace.fused``); the schedule is computed inside the main kernel from
+``qo_indptr``/``kv_indptr`` (one read of B+1 values per CTA), so there is no separate
+scheduler launch to hoist out of the 61 layers.
 
 CUDA-graph safety: the call does no host synchronisation, no allocation and chooses its launch
 geometry from tensor shapes and the workspace only, never from index values; it can be captured
