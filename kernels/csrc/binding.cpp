@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -171,6 +172,8 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   const at::Device dev = q.device();
   KD_TRY(check_bf16_rows(q, "q", dev, -1, Tr::kHeadDim, -1));
   const int64_t T = q.size(0), H = q.size(1);
+  KD_CHECK_VALUE(std::isfinite(sm_scale) && sm_scale > 0.0,
+                 "sm_scale: must be a positive finite float (got ", std::to_string(sm_scale), ")");
   KD_CHECK_VALUE(H == 8 || H == 16 || H == 32 || H == 64 || H == 128,
                     "q: H must be one of 8, 16, 32, 64, 128 (got ", H, ")");
   KD_CHECK_VALUE(T >= 1, "q: needs at least one token (got T=0)");

@@ -555,6 +555,8 @@ def test_bad_arguments_raise_with_a_message():
             "custom_mask: must be a torch.Tensor or None",
         ),
         (dict(sm_scale="0.1"), TypeError, "sm_scale: must be a float"),
+        (dict(sm_scale=float("nan")), ValueError, "sm_scale: must be a positive finite float"),
+        (dict(sm_scale=-0.1), ValueError, "sm_scale: must be a positive finite float"),
     ]
     for change, exc, msg in bad:
         print(f"bad-argument case: {msg}", flush=True)  # locates a crash in the log
