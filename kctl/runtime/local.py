@@ -130,14 +130,16 @@ class LocalRuntime:
 
     def state(self, instance: Instance) -> InstanceState:
         pid, ticks = _parse_ref(instance.ref)
-        child = self._children.get(pid)
-        if child is not None:
-            code = child.poll()
-            if code is not None:
-                detail = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-                return InstanceState(running=False, exit_code=code, detail=detail)
         if self._alive(pid, ticks):
             return InstanceState(running=True, detail=f"running (pid {pid})")
+        # Liveness first, then the exit code: a child that exits between the two checks is
+        # reaped by whichever poll sees it first, and Popen keeps its code for the next poll,
+        # so its exit code is never lost to "gone".
+        child = self._children.get(pid)
+        code = child.poll() if child is not None else None
+        if code is not None:
+            detail = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            return InstanceState(running=False, exit_code=code, detail=detail)
         return InstanceState(running=False, detail=f"not running (pid {pid} is gone)")
 
     def logs(self, instance: Instance, tail: int | None = None) -> str:

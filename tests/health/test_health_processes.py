@@ -17,7 +17,7 @@ from kctl.errors import HealthFailed
 from kctl.health import HealthProgress, HealthReport, wait_healthy
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, LaunchSpec
-from kctl.runtime.local import LocalRuntime
+from kctl.runtime.local import LocalRuntime, _proc_state
 
 FAST = HealthSpec(deadline_s=20.0, poll_interval_s=0.05, request_timeout_s=2.0)
 
@@ -147,6 +147,28 @@ def test_silent_exit_reports_the_exit_code(start) -> None:  # type: ignore[no-un
     assert "the server process exited during" in err.value.message
     assert "exited with code 3" in err.value.message
     assert err.value.matched_line is None
+
+
+def test_exit_code_kept_when_the_child_exits_between_two_checks(start) -> None:  # type: ignore[no-untyped-def]
+    # state() once polled the child (running), then checked liveness, whose own poll had just
+    # reaped it: "pid ... is gone" instead of the exit code (a flaky deploy-flow test). Here the
+    # first poll says "running" although the process has already exited.
+    s = start("import sys; sys.exit(1)")
+    pid = int(s.instance.ref.split(":")[1])
+    deadline = time.monotonic() + 10
+    while _proc_state(pid) not in ("Z", None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _proc_state(pid) == "Z"  # exited, not yet reaped
+    child = s.runtime._children[pid]
+    real_poll, polls = child.poll, []
+
+    def poll_late() -> int | None:
+        polls.append(None)
+        return None if len(polls) == 1 else real_poll()
+
+    child.poll = poll_late  # type: ignore[method-assign]
+    state = s.runtime.state(s.instance)
+    assert (state.running, state.exit_code, state.detail) == (False, 1, "exited with code 1")
 
 
 def test_traceback_in_a_live_process_is_fatal(start) -> None:  # type: ignore[no-untyped-def]
