@@ -63,6 +63,9 @@ std::string shape_str(const Tensor& t) {
   return s + "]";
 }
 
+// The head counts the kernel supports (kdtree_mla.api.SUPPORTED_HEADS).
+inline bool supported_heads(int64_t h) { return h == 8 || h == 16 || h == 32 || h == 64 || h == 128; }
+
 Err check_cuda(const Tensor& t, const char* name, const at::Device& dev) {
   KD_CHECK_VALUE(t.is_cuda(), name, ": must be a CUDA tensor (got ", t.device(), ")");
   KD_CHECK_VALUE(t.device() == dev, name, ": must be on ", dev, " like q (got ", t.device(), ")");
@@ -119,9 +122,8 @@ struct WorkspaceHandle {
 Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.num_ctas >= 1 && w.num_ctas < kCombineMaxParts, "workspace: num_ctas must be in 1..",
                  kCombineMaxParts - 1, " (got ", w.num_ctas, ")");
-  KD_CHECK_VALUE(w.num_heads == 8 || w.num_heads == 16 || w.num_heads == 32 || w.num_heads == 64 ||
-                     w.num_heads == 128,
-                 "workspace: num_heads must be one of 8, 16, 32, 64, 128 (got ", w.num_heads, ")");
+  KD_CHECK_VALUE(supported_heads(w.num_heads), "workspace: num_heads must be one of 8, 16, 32, 64, 128 (got ",
+                 w.num_heads, ")");
   KD_CHECK_VALUE(w.part_o.defined() && w.part_o.is_cuda(), "workspace.partial_o: must be a CUDA tensor");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
                                 std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
@@ -174,8 +176,7 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   const int64_t T = q.size(0), H = q.size(1);
   KD_CHECK_VALUE(std::isfinite(sm_scale) && sm_scale > 0.0,
                  "sm_scale: must be a positive finite float (got ", std::to_string(sm_scale), ")");
-  KD_CHECK_VALUE(H == 8 || H == 16 || H == 32 || H == 64 || H == 128,
-                    "q: H must be one of 8, 16, 32, 64, 128 (got ", H, ")");
+  KD_CHECK_VALUE(supported_heads(H), "q: H must be one of 8, 16, 32, 64, 128 (got ", H, ")");
   KD_CHECK_VALUE(T >= 1, "q: needs at least one token (got T=0)");
   KD_CHECK_VALUE(q.stride(0) % 8 == 0 && q.stride(1) % 8 == 0 &&
                         reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 == 0,
