@@ -15,6 +15,10 @@ WORK=/tmp/kdtree_diag
 rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL"
 export OUT=$WORK PYTHONUNBUFFERED=1
 pack() { tar czf "$FINAL/diag.tgz" -C "$WORK" . 2>/dev/null; }
+# Side-by-side passes against OLD_TREE: pass I runs "old new" when odd, "new old" when even (the
+# first run of a pass reads slower); tree_script TREE PATH is PATH in this tree or in OLD_TREE.
+pass_order() { if [ $(($1 % 2)) -eq 0 ]; then echo "new old"; else echo "old new"; fi; }
+tree_script() { if [ "$1" = old ]; then echo "$OLD_TREE/$2"; else echo "$2"; fi; }
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 # OLD_TREE=path/to/an/older/kernels: built beside this one and benchmarked in the same run
@@ -43,10 +47,9 @@ if [ -n "${HOST_PASSES:-}" ]; then
     timeout 120 "$WORK/launch_probe" >> "$WORK/launch_probe.log" 2>&1
   echo "launch probe rc=$? at $(( $(date +%s) - t0 )) s"; tail -20 "$WORK/launch_probe.log"
   for i in $(seq 1 "$HOST_PASSES"); do
-    order=new; [ -n "${OLD_TREE:-}" ] && { order="old new"; [ $((i % 2)) -eq 0 ] && order="new old"; }
+    order=new; [ -n "${OLD_TREE:-}" ] && order=$(pass_order "$i")
     for tree in $order; do
-      script=bench/host_path.py; [ $tree = old ] && script="$OLD_TREE/bench/host_path.py"
-      timeout 120 python3 "$script" > "$WORK/host_${tree}$i.txt" 2>&1
+      timeout 120 python3 "$(tree_script $tree bench/host_path.py)" > "$WORK/host_${tree}$i.txt" 2>&1
       echo "host path $tree pass $i rc=$?"; cat "$WORK/host_${tree}$i.txt"
     done
   done
@@ -57,10 +60,9 @@ if [ -n "${OLD_TREE:-}" ] && [ "${AB_PASSES:-2}" -gt 0 ]; then
   # reads slower); AB_ARGS go to both trees' bench (e.g. --cold-code). The spread between
   # passes is the noise.
   for i in $(seq 1 ${AB_PASSES:-2}); do
-    order="old new"; [ $((i % 2)) -eq 0 ] && order="new old"
+    order=$(pass_order "$i")
     for tree in $order; do
-      script=bench/bench_verify.py; [ $tree = old ] && script="$OLD_TREE/bench/bench_verify.py"
-      timeout 200 python3 "$script" --json "$WORK/${tree}_bench$i.json" --no-triton --no-sweep \
+      timeout 200 python3 "$(tree_script $tree bench/bench_verify.py)" --json "$WORK/${tree}_bench$i.json" --no-triton --no-sweep \
         --reps ${AB_REPS:-30} --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${AB_ARGS:-} > "$WORK/${tree}_bench$i.log" 2>&1
     done
     echo "A/B pass $i ($order) at $(( $(date +%s) - t0 )) s"
