@@ -414,8 +414,7 @@ def extend_attention_fwd(
         )
     if custom_mask is None and not is_causal:
         raise ValueError("custom_mask=None needs is_causal=True (draft tokens are then a chain)")
-    # _launch's body, inlined: this is the per-layer call of SGLang's eager steps.
-    (_EXT or _load_ext()).verify_fwd(
+    _launch(
         q_extend,
         k_extend,
         v_extend,
@@ -429,5 +428,5 @@ def extend_attention_fwd(
         mask_indptr,
         _DEFAULT_SCALE if sm_scale is None else sm_scale,
         lse_extend,
-        workspace._handle or workspace._make_handle(),
+        workspace,
     )
