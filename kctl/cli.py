@@ -341,15 +341,62 @@ def hoist_globals(args: list[str]) -> list[str]:
     return front + rest
 
 
+_GROUPS = ("lock",)  # commands whose name in the JSON envelope includes the subcommand
+
+
+def command_name(args: list[str]) -> str:
+    """The command as the JSON envelope names it ("deploy", "lock show"): the first words
+    after the global options (`--state-dir`'s value is not a word), "" when there is none."""
+    words: list[str] = []
+    i = 0
+    while i < len(args) and len(words) < 2:
+        a = args[i]
+        if a == "--":
+            break
+        if a == "--state-dir":
+            i += 1  # its value
+        elif not a.startswith("-"):
+            words.append(a)
+            if words[0] not in _GROUPS:
+                break
+        elif words:  # an option of the command: no subcommand follows
+            break
+        i += 1
+    return " ".join(words)
+
+
+def _usage_envelope(command: str, path: str, message: str) -> str:
+    from kctl.render import envelope
+
+    error = {"type": "UsageError", "message": message, "hint": f"run `{path} --help`"}
+    return envelope(command, ok=False, exit_code=2, result=None, error=error)
+
+
+def _json_requested(args: list[str]) -> bool:
+    globals_ = args[: args.index("--")] if "--" in args else args
+    return "--json" in globals_
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps errors to one line and an exit code."""
     from kctl.render import envelope
 
     args = hoist_globals(sys.argv[1:] if argv is None else list(argv))
-    command = next((a for a in args if not a.startswith("-")), "")
+    command = command_name(args)
+    words = command.split()
+    if (
+        _json_requested(args)
+        and "--help" not in args
+        and (not words or (words[0] in _GROUPS and len(words) == 1))
+    ):
+        # The parser would print the help on stdout, where --json promises only the envelope.
+        path = " ".join(["kctl", *words])
+        print(f"Usage: {path} COMMAND [ARGS]...\nTry '{path} --help' for help.", file=sys.stderr)
+        print(_usage_envelope(command, path, f"`{path}` needs a command"))
+        return 2
     try:
         # standalone_mode=False: click returns an Exit's code instead of raising it
-        rv = app(args=args, standalone_mode=False)
+        rv = app(args=args, standalone_mode=False, prog_name="kctl")
         return rv if isinstance(rv, int) else 0
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
@@ -386,7 +433,12 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         show = getattr(exc, "show", None)
         if callable(show) and hasattr(exc, "exit_code"):  # a click/typer usage error
-            show()
+            show()  # usage and message on stderr
+            if _json_requested(args):  # the parse may have failed before OPTS was set
+                ctx = getattr(exc, "ctx", None)
+                path = ctx.command_path if ctx is not None else "kctl"
+                fmt = getattr(exc, "format_message", None)
+                print(_usage_envelope(command, path, fmt() if callable(fmt) else str(exc)))
             return 2
         print(f"kctl: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if OPTS.verbose:

@@ -132,3 +132,45 @@ def test_global_options_are_accepted_anywhere() -> None:
         "5",
     ]
     assert hoist_globals(["validate", "--", "--json"]) == ["validate", "--", "--json"]
+
+
+def test_envelope_names_the_command_not_the_state_dir() -> None:
+    from kctl.cli import command_name, hoist_globals
+
+    def name(*argv: str) -> str:
+        return command_name(hoist_globals(list(argv)))
+
+    assert name("--state-dir", "/var/kctl", "plan", "p.yaml") == "plan"
+    assert name("plan", "p.yaml", "--state-dir", "/var/kctl", "--json") == "plan"
+    assert name("--state-dir=/var/kctl", "logs", "-n", "5") == "logs"
+    assert name("--json", "lock", "show") == "lock show"
+    assert name("lock", "--force") == "lock"
+    assert name("--json") == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "message", "hint"),
+    [
+        (["plan"], "plan", "Missing argument 'profile'.", "run `kctl plan --help`"),
+        (["logs", "-n", "x"], "logs", "Invalid value for '--tail'", "run `kctl logs --help`"),
+        (["no-such"], "no-such", "No such command 'no-such'.", "run `kctl --help`"),
+        (["lock"], "lock", "`kctl lock` needs a command", "run `kctl lock --help`"),
+        ([], "", "`kctl` needs a command", "run `kctl --help`"),
+    ],
+)
+def test_usage_errors_with_json_print_only_an_envelope(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    command: str,
+    message: str,
+    hint: str,
+) -> None:
+    assert main(["--state-dir", str(tmp_path), "--json", *argv]) == 2
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # stdout holds the envelope and nothing else
+    assert (data["command"], data["ok"], data["exit_code"]) == (command, False, 2)
+    assert data["error"]["type"] == "UsageError"
+    assert data["error"]["message"].startswith(message)
+    assert data["error"]["hint"] == hint
+    assert "Usage: kctl" in captured.err
