@@ -57,7 +57,12 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
             "stop what serves",
             f"start {candidate.name}",
             f"health (deadline {candidate.health.deadline_s:.0f} s)",
-            "gate: throughput + correctness vs the baseline",
+            "gate: throughput + correctness vs the baseline"
+            + (
+                " (stops at the first failing context)"
+                if candidate.gate.policy.stop_at_first_fail
+                else ""
+            ),
             f"promote, or revert to {baseline.name} and verify it",
         ]
     out: dict[str, Any] = {

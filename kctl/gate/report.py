@@ -54,6 +54,9 @@ def render_table(verdict: Verdict) -> str:
     obj = verdict.objective
     if obj is None:
         lines.append("objective: none (each context against its threshold)")
+    elif obj.result == "SKIPPED":
+        weights = ", ".join(f"{c}:{w:g}" for c, w in obj.weights)
+        lines.append(f"objective: not computed (weights {weights}): a weighted context was skipped")
     else:
         weights = ", ".join(f"{c}:{w:g}" for c, w in obj.weights)
         lines.append(
@@ -67,6 +70,8 @@ def render_table(verdict: Verdict) -> str:
             f"correctness: {ok} of {corr.checked} probes match the baseline "
             f"(up to {corr.allowed} may differ)"
         )
+    elif any(r.result == "SKIPPED" for r in verdict.rows):
+        lines.append("correctness: not checked (the gate stopped at a FAIL)")
     lines.append(f"verdict: {verdict.verdict}: {verdict.reason}")
     if verdict.timings:
         lines.append("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in verdict.timings))

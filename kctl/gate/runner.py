@@ -157,6 +157,11 @@ class _Sender:
         return out
 
 
+#: asked after each context's measured requests, with every sample so far: True stops the
+#: measurement there (the concurrency phase and the probes are skipped too)
+StopFn = Callable[[tuple[Sample, ...]], bool]
+
+
 def measure(
     endpoint: Endpoint,
     workload: Workload,
@@ -165,13 +170,16 @@ def measure(
     label: str = "",
     progress: ProgressFn | None = None,
     clock: Clock = time.monotonic,
+    stop: StopFn | None = None,
 ) -> Measurement:
     """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
     (recorded, not counted) then its measured requests, then the concurrency phase, then
-    the correctness probes. Failed requests are recorded as failed samples."""
+    the correctness probes. Failed requests are recorded as failed samples. ``stop`` may
+    end it after any context (see :data:`StopFn`)."""
     send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
     samples: list[Sample] = []
     t_warm = t_meas = 0.0
+    stopped = False
     for ctx in workload.contexts:
         t = clock()
         samples += send.run("warmup", [r for r in workload.warmups if r.context == ctx])
@@ -179,7 +187,19 @@ def measure(
         t = clock()
         samples += send.run("measure", [r for r in workload.measured if r.context == ctx])
         t_meas += clock() - t
+        if stop is not None and stop(tuple(samples)):
+            stopped = True
+            break
     timings: list[tuple[str, float]] = [("warmup", t_warm), ("measure", t_meas)]
+    if stopped:
+        timings.append(("total", clock() - send.t0))
+        return Measurement(
+            fingerprint=fingerprint,
+            samples=tuple(samples),
+            summaries=summarize(samples),
+            timings=tuple(timings),
+            label=label,
+        )
     if workload.concurrent:
         t = clock()
         samples += send.run("concurrent", workload.concurrent)
@@ -235,10 +255,26 @@ def run_gate(
     verdict is INCONCLUSIVE and budget is left, add :data:`EXTRA_REPEATS_PER_ROUND`
     repeats to each unclear bucket (at most ``policy.max_extra_repeats`` per bucket in
     all) and judge again. Raises GateError only when the baseline cannot be judged
-    against (it lacks data); the candidate's failures are verdicts."""
-    candidate = measure(
-        endpoint, workload, fingerprint=fingerprint, label=label, progress=progress, clock=clock
-    )
+    against (it lacks data); the candidate's failures are verdicts. With
+    ``policy.stop_at_first_fail`` it judges after each context and stops measuring at the
+    first FAIL (the rest comes out as SKIPPED rows; no probes, no extra repeats)."""
+
+    def unmeasured(m: Measurement) -> frozenset[tuple[int, int]]:
+        return frozenset(b.bucket for b in baseline.summaries if m.summary(*b.bucket) is None)
+
+    def failed_so_far(samples: tuple[Sample, ...]) -> bool:
+        partial = Measurement(fingerprint=fingerprint, samples=samples,
+                              summaries=summarize(samples))  # fmt: skip
+        left = unmeasured(partial)
+        # after the last bucket only the probes are left: keep them, for a complete record
+        return bool(left) and judge(baseline, partial, policy, None, left).verdict == "FAIL"
+
+    stop = failed_so_far if policy.stop_at_first_fail else None
+    candidate = measure(endpoint, workload, fingerprint=fingerprint, label=label,
+                        progress=progress, clock=clock, stop=stop)  # fmt: skip
+    skipped = unmeasured(candidate) if stop is not None else frozenset()
+    if skipped:  # it stopped: FAIL, with the rest not measured
+        return GateResult(candidate, judge(baseline, candidate, policy, None, skipped))
 
     def decide(m: Measurement) -> Verdict:
         corr = check_correctness(baseline, m, max_mismatched=workload.max_mismatched_prompts)

@@ -24,6 +24,11 @@ gets its interval from the same bootstrap resamples.
 with fewer completed requests than ``min_completed_fraction`` → FAIL; a binding row or the
 objective clearly below its threshold → FAIL; anything UNCLEAR → INCONCLUSIVE (the runner
 first spends ``policy.max_extra_repeats`` on it); otherwise PASS.
+
+**Stopping early.** With ``policy.stop_at_first_fail`` the runner judges after each
+context and stops at the first FAIL; the buckets it did not measure are passed as
+``skipped`` and come out as SKIPPED rows, which decide nothing (an objective over a
+skipped context is not computed: SKIPPED).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from kctl.gate.measurement import Measurement
 from kctl.gate.stats import Summary
 from kctl.profile.model import PolicySpec
 
-RowResult = Literal["PASS", "FAIL", "UNCLEAR", "INFO"]
+RowResult = Literal["PASS", "FAIL", "UNCLEAR", "INFO", "SKIPPED"]
 Overall = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 CrossoverPosition = Literal["within", "below", "above", "none"]
 
@@ -256,9 +261,11 @@ def judge(
     candidate: Measurement,
     policy: PolicySpec,
     correctness: CorrectnessResult | None = None,
+    skipped: frozenset[tuple[int, int]] = frozenset(),
 ) -> Verdict:
     """Judge ``candidate`` against ``baseline`` under ``policy`` (see the module doc).
-    ``correctness`` comes from :func:`check_correctness`; None means it was not checked."""
+    ``correctness`` comes from :func:`check_correctness`; None means it was not checked.
+    ``skipped``: (context, concurrency) buckets deliberately not measured (stopping early)."""
     floors = dict(policy.min_ratio_per_context)
     pairs: dict[tuple[int, int], tuple[Summary, Summary]] = {}
     rows_in: list[tuple[Summary, Summary | None]] = []
@@ -285,6 +292,12 @@ def judge(
         else:
             threshold = policy.threshold(base.context)
         assert base.median is not None
+        if base.bucket in skipped and cand is None:
+            rows.append(
+                Row(base.context, base.concurrency, base.median, None, None, None, None,
+                    threshold, "SKIPPED", 0, 0, "not measured: the gate stopped at a FAIL")
+            )  # fmt: skip
+            continue
         if cand is None or cand.median is None:
             rows.append(
                 Row(base.context, base.concurrency, base.median, None, None, None, None,
@@ -314,6 +327,9 @@ def judge(
             if r.concurrency == 1 and r.context in weighted and (r.context, 1) not in unclear
         )
     verdict, reason = _overall(rows, objective, correctness, unclear)
+    not_measured = [r.label for r in rows if r.result == "SKIPPED"]
+    if not_measured:
+        reason += f" (stopped there; not measured: {', '.join(not_measured)})"
     return Verdict(
         verdict=verdict,
         reason=reason,
@@ -338,8 +354,11 @@ def _objective(policy: PolicySpec, rows: list[Row], boot: _Boot) -> ObjectiveRes
             hint="list every weighted context in gate.contexts",
         )
     total = sum(w for _, w in spec.weights)
+    nan = float("nan")
+    if any(by_ctx[c].result == "SKIPPED" for c, _ in spec.weights):
+        # not computable: the gate stopped at a FAIL before every weighted context
+        return ObjectiveResult(nan, nan, nan, spec.min_ratio, "SKIPPED", spec.weights)
     if any(by_ctx[c].ratio is None for c, _ in spec.weights):
-        nan = float("nan")
         return ObjectiveResult(nan, nan, nan, spec.min_ratio, "FAIL", spec.weights)
     value = sum(w * (by_ctx[c].ratio or 0.0) for c, w in spec.weights) / total
     draws = [
@@ -363,7 +382,7 @@ def _overall(
             f"correctness: {len(correctness.mismatches)} of {correctness.checked} probe(s) differ "
             f"from the baseline (allowed {correctness.allowed}): {shown}"
         )
-    short = [r for r in rows if r.note]
+    short = [r for r in rows if r.note and r.result != "SKIPPED"]
     if short:
         return "FAIL", "too few requests completed: " + "; ".join(
             f"{r.label}: {r.note}" for r in short

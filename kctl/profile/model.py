@@ -115,6 +115,9 @@ class PolicySpec:
     max_extra_repeats: int = 4
     #: fraction of planned requests that must complete
     min_completed_fraction: float = 1.0
+    #: stop measuring once a binding context is clearly below its threshold (FAIL): the
+    #: contexts after it, the concurrency phase and the correctness probes are skipped
+    stop_at_first_fail: bool = False
 
     def threshold(self, context: int) -> float:
         return dict(self.min_ratio_per_context).get(context, self.min_ratio)

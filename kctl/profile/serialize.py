@@ -16,6 +16,14 @@ HASH_VERSION = 1
 _PAIR_FIELDS = {"env", "min_ratio_per_context", "weights"}
 
 
+#: fields added after HASH_VERSION 1 whose default keeps the earlier behaviour: hashed only
+#: when set, so adding them changed no existing profile's hash (nor the baseline
+#: fingerprints and deployment records built on it)
+_ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("gate", "policy", "stop_at_first_fail"), False),
+)
+
+
 def _plain(value: Any, key: str = "") -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name), f.name) for f in dataclasses.fields(value)}
@@ -46,5 +54,12 @@ def content_hash(profile: Profile, *, baseline_hash: str | None = None) -> str:
         data.pop(key, None)
     data["baseline"] = baseline_hash
     data["_hash_version"] = HASH_VERSION
+    for path, default in _ADDED_FIELDS:
+        *parents, leaf = path
+        node = data
+        for k in parents:
+            node = node[k]
+        if node.get(leaf) == default:
+            del node[leaf]
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()

@@ -223,3 +223,33 @@ def test_concurrency_phase_is_a_bucket_of_its_own(sim: SimFactory) -> None:
         (5700, 3, 6),
     ]
     assert "concurrent" in dict(m.timings)
+
+
+def test_stop_at_first_fail_skips_the_rest(sim: SimFactory, baseline: Measurement) -> None:
+    events: list[GateProgress] = []
+    policy = PolicySpec(min_ratio=1.05, stop_at_first_fail=True)
+    result = run_gate(sim(KDTREE_VERIFY="1"), WORKLOAD, baseline, policy, progress=events.append)
+    v = result.verdict
+    assert v.verdict == "FAIL"
+    assert [r.result for r in v.rows] == ["FAIL", "SKIPPED"]
+    # nothing was sent after 5.7k: no 23k request, no probe, no extra repeat
+    assert {s.context for s in result.candidate.samples} == {5700}
+    assert result.candidate.probes == () and v.correctness is None
+    assert (result.extra_rounds, result.extra_requests) == (0, 0)
+    assert "probe" not in {e.phase for e in events}
+    assert v.reason.endswith("(stopped there; not measured: 23000)")
+    table = render_table(v)
+    assert "SKIPPED" in table and "correctness: not checked (the gate stopped at a FAIL)" in table
+    assert GateResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+def test_stop_at_first_fail_measures_everything_when_nothing_fails(
+    sim: SimFactory, baseline: Measurement
+) -> None:
+    policy = PolicySpec(min_ratio_per_context=((5700, 0.8),), stop_at_first_fail=True)
+    result = run_gate(sim(KDTREE_VERIFY="1"), WORKLOAD, baseline, policy)
+    v = result.verdict
+    assert v.verdict == "PASS", render_table(v)
+    assert [r.result for r in v.rows] == ["PASS", "PASS"]
+    assert v.correctness is not None and v.correctness.passed
+    assert len(result.candidate.probes) == 2

@@ -233,3 +233,36 @@ def test_objective_with_failed_context_is_nan_and_fails() -> None:
     policy = PolicySpec(objective=ObjectiveSpec(weights=((1000, 1.0),)))
     v = judge(flat({1000: 5.0}), cand, policy)
     assert v.verdict == "FAIL" and v.objective is not None and math.isnan(v.objective.value)
+
+
+def test_skipped_buckets_are_shown_and_decide_nothing() -> None:
+    # the gate stopped after 5.7k (policy.stop_at_first_fail): 23k and 91k were not measured
+    skipped = frozenset({(23000, 1), (91000, 1)})
+    v = judge(flat(TRITON), flat({5700: KDTREE[5700]}), PolicySpec(), None, skipped)
+    assert v.verdict == "FAIL"
+    assert [r.result for r in v.rows] == ["FAIL", "SKIPPED", "SKIPPED"]
+    assert [r.candidate_tps for r in v.rows[1:]] == [None, None]
+    assert v.reason == (
+        "below threshold: 5700: ratio 0.93 (interval 0.93-0.93) < 1.00"
+        " (stopped there; not measured: 23000, 91000)"
+    )
+    assert Verdict.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+    # what was measured passes: a skipped bucket alone never fails a verdict ...
+    passing = judge(flat(TRITON), flat({5700: 40.0}), PolicySpec(), None, skipped)
+    assert passing.verdict == "PASS"
+    # ... while the same bucket missing without being skipped does
+    assert judge(flat(TRITON), flat({5700: 40.0}), PolicySpec()).verdict == "FAIL"
+
+
+def test_objective_over_a_skipped_context_is_not_computed() -> None:
+    weights = ((5700, 0.7), (23000, 0.3))
+    policy = PolicySpec(
+        objective=ObjectiveSpec(weights=weights, min_ratio=1.0),
+        min_ratio_per_context=((5700, 0.95),),
+    )
+    v = judge(flat(TRITON), flat({5700: KDTREE[5700]}), policy, None,
+              frozenset({(23000, 1), (91000, 1)}))  # fmt: skip
+    assert v.objective is not None and v.objective.result == "SKIPPED"
+    assert math.isnan(v.objective.value)
+    assert v.verdict == "FAIL"  # the 5.7k floor binds on its own
+    assert v.reason.startswith("below threshold: 5700: ratio 0.93")

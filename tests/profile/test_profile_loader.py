@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -181,3 +182,22 @@ def test_simulator_numbers_reach_the_env_as_written(write: Write, speedup: float
     path = write("s.yaml", f"extends: ok.yaml\nsimulator: {{speedup: {speedup}, load_s: 0}}\n")
     env = dict(launch_spec(load_profile(path), "d", simulate=True).env)
     assert env == {"KCTL_SIM_SPEEDUP": str(speedup), "KCTL_SIM_LOAD_S": "0"}
+
+
+def test_a_field_added_later_changes_no_hash_until_set() -> None:
+    # gate.policy.stop_at_first_fail came after HASH_VERSION 1: the shipped profiles keep
+    # the hashes they were recorded with (these are the hashes before the field existed)
+    shipped = {"triton-graphs": "36fe53ed584e", "kdtree-eager": "16c2cee5278f",
+               "kdtree-graphs": "998da70ef61e"}  # fmt: skip
+    for name, digest in shipped.items():
+        profile = load_profile(REPO / "profiles" / f"{name}.yaml")
+        assert profile.gate.policy.stop_at_first_fail is False
+        assert profile.content_hash.startswith(digest), name
+        on = dataclasses.replace(
+            profile,
+            gate=dataclasses.replace(
+                profile.gate,
+                policy=dataclasses.replace(profile.gate.policy, stop_at_first_fail=True),
+            ),
+        )
+        assert content_hash(on, baseline_hash="b") != content_hash(profile, baseline_hash="b")
