@@ -50,7 +50,11 @@ def render_table(verdict: Verdict) -> str:
             )
         )
     lines.append("")
-    lines.append(f"crossover (ratio = 1.0): {verdict.crossover.describe()}")
+    rated = [r for r in verdict.rows if r.concurrency == 1 and r.ratio is not None]
+    if len(rated) < 2 and any(r.result == "SKIPPED" for r in verdict.rows):
+        lines.append("crossover (ratio = 1.0): not estimated (fewer than two contexts measured)")
+    else:
+        lines.append(f"crossover (ratio = 1.0): {verdict.crossover.describe()}")
     obj = verdict.objective
     if obj is None:
         lines.append("objective: none (each context against its threshold)")

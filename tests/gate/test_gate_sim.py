@@ -240,6 +240,7 @@ def test_stop_at_first_fail_skips_the_rest(sim: SimFactory, baseline: Measuremen
     assert v.reason.endswith("(stopped there; not measured: 23000)")
     table = render_table(v)
     assert "SKIPPED" in table and "correctness: not checked (the gate stopped at a FAIL)" in table
+    assert "crossover (ratio = 1.0): not estimated (fewer than two contexts measured)" in table
     assert GateResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
