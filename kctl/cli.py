@@ -163,7 +163,9 @@ def status() -> None:
 
 
 @app.command()
-def history(limit: int = typer.Option(20, "--limit", "-n", min=1)) -> None:
+def history(
+    limit: int = typer.Option(20, "--limit", "-n", min=1, help="At most N deployments."),
+) -> None:
     """Past deployments, newest first."""
     from kctl.controller.status import history as run
     from kctl.render import history_text
@@ -233,8 +235,10 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
 
 @app.command()
 def logs(
-    deployment: str | None = typer.Argument(None, help="Deployment id [default: serving]."),
-    tail: int | None = typer.Option(None, "--tail", "-n", min=1),
+    deployment: str | None = typer.Argument(
+        None, help="Deployment id (default: the one that serves now)."
+    ),
+    tail: int | None = typer.Option(None, "--tail", "-n", min=1, help="Only the last N lines."),
 ) -> None:
     """The server log of a deployment."""
     from kctl.controller.status import logs as run
@@ -260,7 +264,7 @@ def build(
 @app.command()
 def gc(
     retain: int | None = typer.Option(
-        None, "--retain", min=0, help="Stopped containers to keep [default: 3]."
+        None, "--retain", min=0, help="Stopped containers to keep (default: 3)."
     ),
 ) -> None:
     """Remove old stopped kctl containers; never the serving or known-good one."""

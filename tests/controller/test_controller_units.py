@@ -174,3 +174,20 @@ def test_usage_errors_with_json_print_only_an_envelope(
     assert data["error"]["message"].startswith(message)
     assert data["error"]["hint"] == hint
     assert "Usage: kctl" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["logs", "--help"], "(default: the one that serves now)"),
+        (["logs", "--help"], "Only the last N lines."),
+        (["history", "--help"], "At most N deployments."),
+        (["gc", "--help"], "(default: 3)"),
+    ],
+)
+def test_help_texts_reach_the_screen(
+    capsys: pytest.CaptureFixture[str], argv: list[str], text: str
+) -> None:
+    # square brackets in a help text are rich markup and vanish from the rendered help
+    assert main(argv) == 0
+    assert text in " ".join(capsys.readouterr().out.split())
