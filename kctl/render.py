@@ -4,11 +4,24 @@ envelope. The envelope is versioned; scripts should check ``schema``."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from kctl import __version__
 
 JSON_SCHEMA = "kctl.result/v1"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None: the envelope is strict JSON
+    (``json.dumps`` would write the non-standard ``NaN``, which most parsers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def envelope(
@@ -26,12 +39,13 @@ def envelope(
             "command": command,
             "ok": ok,
             "exit_code": exit_code,
-            "result": result,
+            "result": _finite(result),
             "error": error,
         },
         indent=2,
         sort_keys=False,
         default=str,
+        allow_nan=False,
     )
 
 

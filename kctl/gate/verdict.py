@@ -329,7 +329,8 @@ def judge(
     verdict, reason = _overall(rows, objective, correctness, unclear)
     not_measured = [r.label for r in rows if r.result == "SKIPPED"]
     if not_measured:
-        reason += f" (stopped there; not measured: {', '.join(not_measured)})"
+        lead = "stopped there; " if verdict == "FAIL" else ""
+        reason += f" ({lead}not measured: {', '.join(not_measured)})"
     return Verdict(
         verdict=verdict,
         reason=reason,

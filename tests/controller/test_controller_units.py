@@ -191,3 +191,18 @@ def test_help_texts_reach_the_screen(
     # square brackets in a help text are rich markup and vanish from the rendered help
     assert main(argv) == 0
     assert text in " ".join(capsys.readouterr().out.split())
+
+
+def test_envelope_is_strict_json_even_with_nan() -> None:
+    # an objective that could not be computed carries NaN; the envelope writes null
+    text = envelope("deploy", ok=False, exit_code=3, result={"objective": {"value": float("nan")},
+                    "rows": [{"ratio": float("inf")}, {"ratio": 1.5}]})  # fmt: skip
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    data = json.loads(text, parse_constant=refuse)
+    assert data["result"] == {
+        "objective": {"value": None},
+        "rows": [{"ratio": None}, {"ratio": 1.5}],
+    }
