@@ -27,6 +27,10 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 ok or promoted; 2 invalid input; 3 candidate rejected, baseline "
+    "restored and verified; 4 DEGRADED or needs attention (run `kctl rollback`); 5 a "
+    "precondition failed, nothing changed; 130 interrupted before anything changed; 1 "
+    "internal error.",
 )
 lock_app = typer.Typer(help="Inspect or release the deploy lock.", no_args_is_help=True)
 app.add_typer(lock_app, name="lock")

@@ -206,3 +206,11 @@ def test_envelope_is_strict_json_even_with_nan() -> None:
         "objective": {"value": None},
         "rows": [{"ratio": None}, {"ratio": 1.5}],
     }
+
+
+def test_top_level_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for code in ("0 ok or promoted", "2 invalid input", "3 candidate rejected", "4 DEGRADED",
+                 "5 a precondition failed", "130 interrupted", "1 internal error"):  # fmt: skip
+        assert code in text
