@@ -8,6 +8,7 @@
 // The per-call entry point, verify_fwd, is a plain CPython METH_FASTCALL function rather than a
 // pybind11 one: it runs on every layer of every eager step, and pybind11's dispatch of its 14
 // arguments cost more than the checks themselves (docs/kernel-benchmarks.md, session 12).
+#include <cstdlib>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -276,6 +277,11 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.ctas_recip = ws.ctas_recip;
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
+  static const int pace_ns = [] {
+    const char* v = std::getenv("KDTREE_PACE_NS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  p.pace_ns = pace_ns;
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);

@@ -348,6 +348,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
+        if (p.pace_ns != 0 && blk == 1 && elem == 2) {  // EXPERIMENT: first piece, second block
+          if (p.pace_ns > 0)
+            __nanosleep(static_cast<unsigned>(p.pace_ns));
+          else
+            mbar_wait(smem_u32(&full_bar[1 % kStages]), 0);  // block 0 (element 1) landed
+        }
         put(row_src(blk));
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
