@@ -208,6 +208,7 @@ def cta_spread(per_rep, num_ctas, smid_slot):
             "sm_persistence_r": round(r, 3),
             "latest_sms": [(sm, round(v, 2)) for v, sm in top[:8]],
             "earliest_sms": [(sm, round(v, 2)) for v, sm in top[-4:]],
+            "all_sms": [(sm, round(v, 3)) for v, sm in top],
         }
     return out
 

@@ -64,6 +64,9 @@ struct VerifyParams {
   // EXPERIMENT (KDTREE_PACE_NS): > 0 the load warps sleep this long before the first piece's
   // second KV block; < 0 they wait for its first block to land; 0 off.
   int pace_ns;
+  // EXPERIMENT (KDTREE_SM_RANK): the logical CTA index of the CTA on each SM (indexed by
+  // %smid), so the slowest SMs take the last units; null: blockIdx.x.
+  const int* sm_rank;
 };
 
 }  // namespace kdtree_mla

@@ -159,7 +159,13 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int cta = blockIdx.x;
+  int cta_ = blockIdx.x;
+  if (p.sm_rank != nullptr) {  // EXPERIMENT: logical index by SM (read before the wait: static)
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    cta_ = __ldg(p.sm_rank + smid);
+  }
+  const int cta = cta_;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
