@@ -165,6 +165,7 @@ def cta_spread(per_rep, num_ctas, smid_slot):
     lateness follows its SM (per-SM mean lateness in odd vs even samples, Pearson r)."""
     quant = {n: [] for n, _ in CTA_POINTS}
     late = {n: {} for n, _ in CTA_POINTS}  # point -> sm -> [(sample, lateness)]
+    late_cta = {n: {} for n, _ in CTA_POINTS}  # point -> CTA row (logical index) -> [lateness]
     sample = 0
     for traces in per_rep:
         for tr in traces[1:]:  # layer 0: no predecessor
@@ -176,6 +177,10 @@ def cta_spread(per_rep, num_ctas, smid_slot):
                 vals = [
                     ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot])) for i in active if g[i, k]
                 ]
+                med_all = sorted(v for v, _ in vals)[len(vals) // 2] if vals else 0.0
+                for i in active:
+                    if g[i, k]:
+                        late_cta[name].setdefault(i, []).append((int(g[i, k]) - start) / 1e3 - med_all)
                 if not vals:
                     continue
                 xs = sorted(v for v, _ in vals)
@@ -209,6 +214,10 @@ def cta_spread(per_rep, num_ctas, smid_slot):
             "latest_sms": [(sm, round(v, 2)) for v, sm in top[:8]],
             "earliest_sms": [(sm, round(v, 2)) for v, sm in top[-4:]],
             "all_sms": [(sm, round(v, 3)) for v, sm in top],
+            "latest_ctas": sorted(
+                ((c, round(statistics.fmean(xs), 2)) for c, xs in late_cta[name].items()),
+                key=lambda x: -x[1],
+            )[:12],
         }
     return out
 
@@ -325,7 +334,7 @@ def main():
             print(
                 f"{m['case']} {name}: CTAs min/p10/p50/p90/max {s['min_p10_p50_p90_max']}, "
                 f"SM persistence r={s['sm_persistence_r']}, latest SMs {s['latest_sms']}, "
-                f"earliest {s['earliest_sms']}"
+                f"earliest {s['earliest_sms']}, latest CTAs {s.get('latest_ctas')}"
             )
     if args.json:
         with open(args.json, "w") as f:
