@@ -35,7 +35,11 @@ for path in sys.argv[1:3]:
     assert max(seen) < n, f"an SM id {max(seen)} >= {n}: the table would not cover it"
 a, na = late(sys.argv[1])
 b, nb = late(sys.argv[2])
-order = sorted(range(n), key=lambda sm: a[sm])  # fastest first
+# whole groups of 4 SMs (two TPCs) by their mean lateness: idling only the slowest SM of a
+# group left its neighbours slowest (run 3); GROUP=1 ranks single SMs
+G = int(__import__("os").environ.get("GROUP", "4"))
+grp = {g: statistics.fmean(a[sm] for sm in range(n) if sm // G == g) for g in range(n // G + 1) if g * G < n}
+order = sorted(range(n), key=lambda sm: (grp[sm // G], a[sm]))  # fastest first
 rb = sorted(range(n), key=lambda sm: b[sm])
 top_a, top_b = set(order[-12:]), set(rb[-12:])
 ra = {sm: i for i, sm in enumerate(order)}
@@ -43,7 +47,8 @@ rbb = {sm: i for i, sm in enumerate(rb)}
 mean = (n - 1) / 2
 cov = sum((ra[s] - mean) * (rbb[s] - mean) for s in range(n))
 var = sum((ra[s] - mean) ** 2 for s in range(n))
-print(f"calibrations saw {na} and {nb} SMs busy; slowest 12: {sorted(top_a)} / {sorted(top_b)}; "
+print(f"calibrations saw {na} and {nb} SMs busy; table's slowest 12: {sorted(order[-12:])}; "
+      f"cal1 slowest 12: {sorted(top_a)} / cal2 {sorted(top_b)}; "
       f"shared {len(top_a & top_b)}; rank correlation {cov / var:.3f}", file=sys.stderr)
 table = [0] * n
 for r, sm in enumerate(order):
