@@ -16,13 +16,13 @@ if ! ls kdtree_mla/_C*.so >/dev/null 2>&1 || [ -n "${REBUILD:-}" ]; then
   MAX_JOBS=16 SKIP_BENCH=1 GPU_TEST_ARGS="-x" bash scripts/device_run.sh 2>&1 | tail -4
 fi
 ls kdtree_mla/_C*.so >/dev/null 2>&1 || { echo "no extension built"; exit 1; }
-for c in 1 2; do
+for c in 1 2 3; do
   timeout 150 python3 bench/trace_verify.py --cases ${CAL_CASE:-3} --ctas --reps 30 --json "$WORK/cal$c.json" > "$WORK/cal$c.txt" 2>&1
   echo "calibration $c rc=$? at $(( $(date +%s) - t0 )) s"
 done
 # SMs ranked by mean lateness at CAL_POINT, fastest first; SMs the calibration never saw busy
 # (idle CTAs) get the median lateness. Prints the table; compares the two calibrations.
-RANK=$(python3 - "$WORK/cal1.json" "$WORK/cal2.json" ${CAL_POINT:-published} <<'PY'
+RANK=$(python3 - "$WORK/cal1.json" "$WORK/cal2.json" ${CAL_POINT:-published} "$WORK/cal3.json" <<'PY'
 import json, statistics, sys
 import torch
 n = torch.cuda.get_device_properties(0).multi_processor_count
@@ -35,6 +35,8 @@ for path in sys.argv[1:3]:
     assert max(seen) < n, f"an SM id {max(seen)} >= {n}: the table would not cover it"
 a, na = late(sys.argv[1])
 b, nb = late(sys.argv[2])
+c, _ = late(sys.argv[4])
+a = {sm: (a[sm] + b[sm] + c[sm]) / 3 for sm in range(n)}  # the table: mean of three
 # whole groups of 4 SMs (two TPCs) by their mean lateness: idling only the slowest SM of a
 # group left its neighbours slowest (run 3); GROUP=1 ranks single SMs
 G = int(__import__("os").environ.get("GROUP", "4"))
@@ -65,8 +67,8 @@ KDTREE_SM_RANK=$RANK timeout 120 python3 bench/output_digest.py > "$WORK/digest_
 if cmp -s <(grep -v '^#' "$WORK/digest_off.txt") <(grep -v '^#' "$WORK/digest_on.txt"); then echo "digests identical"; else echo "DIGESTS DIFFER"; diff "$WORK/digest_off.txt" "$WORK/digest_on.txt" | head; fi
 KDTREE_SM_RANK=$RANK timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py 2>&1 | tail -2
 CASES=${BENCH_CASES:-0,2,3,4,5}
-for pass in 1 2; do
-  order="off on"; [ "$pass" -eq 2 ] && order="on off"
+for pass in 1 2 3 4; do
+  order="off on"; [ $((pass % 2)) -eq 0 ] && order="on off"
   for v in $order; do
     env_rank=""; [ "$v" = on ] && env_rank=$RANK
     KDTREE_SM_RANK=$env_rank timeout 200 python3 bench/bench_verify.py --json "$WORK/rank_${v}_p$pass.json" \
@@ -75,7 +77,7 @@ for pass in 1 2; do
   done
   pack
 done
-python3 bench/ab_summary.py "off=$WORK/rank_off_p1.json,$WORK/rank_off_p2.json" "on=$WORK/rank_on_p1.json,$WORK/rank_on_p2.json" | tee "$WORK/rank_summary.txt"
+python3 bench/ab_summary.py "off=$(seq -f "$WORK/rank_off_p%g.json" 1 4 | paste -sd, -)" "on=$(seq -f "$WORK/rank_on_p%g.json" 1 4 | paste -sd, -)" | tee "$WORK/rank_summary.txt"
 pack
 for v in off on; do
   env_rank=""; [ "$v" = on ] && env_rank=$RANK
