@@ -8,7 +8,6 @@
 // The per-call entry point, verify_fwd, is a plain CPython METH_FASTCALL function rather than a
 // pybind11 one: it runs on every layer of every eager step, and pybind11's dispatch of its 14
 // arguments cost more than the checks themselves (docs/kernel-benchmarks.md, session 12).
-#include <cstdlib>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -16,7 +15,6 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "params.h"
 #include "traits.h"
@@ -278,28 +276,6 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.ctas_recip = ws.ctas_recip;
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
   p.force_variant = static_cast<int>(ws.force_variant);
-  static const int pace_ns = [] {
-    const char* v = std::getenv("KDTREE_PACE_NS");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  p.pace_ns = pace_ns;
-  static int sm_ranked = 0;  // SMs the table ranks (it applies to grids of exactly that many)
-  static const int* sm_rank = [] {
-    const char* v = std::getenv("KDTREE_SM_RANK");
-    if (v == nullptr || *v == 0) return static_cast<int*>(nullptr);
-    std::vector<int> host;
-    for (const char* c = v; *c;) {
-      host.push_back(std::atoi(c));
-      if (host.back() >= 0) ++sm_ranked;
-      while (*c && *c != ',') ++c;
-      if (*c == ',') ++c;
-    }
-    int* dev = nullptr;
-    if (cudaMalloc(&dev, host.size() * sizeof(int)) != cudaSuccess) return static_cast<int*>(nullptr);
-    cudaMemcpy(dev, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
-    return dev;
-  }();
-  p.sm_rank = p.num_ctas == sm_ranked ? sm_rank : nullptr;
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);

@@ -61,12 +61,6 @@ struct VerifyParams {
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)
   // Diagnostic trace variants only (traits.h kTraceSlots): per-CTA timestamps, else unused.
   unsigned long long* trace;
-  // EXPERIMENT (KDTREE_PACE_NS): > 0 the load warps sleep this long before the first piece's
-  // second KV block; < 0 they wait for its first block to land; 0 off.
-  int pace_ns;
-  // EXPERIMENT (KDTREE_SM_RANK): the logical CTA index of the CTA on each SM (indexed by
-  // %smid), so the slowest SMs take the last units; null: blockIdx.x.
-  const int* sm_rank;
 };
 
 }  // namespace kdtree_mla

@@ -159,13 +159,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int cta_ = blockIdx.x;
-  if (p.sm_rank != nullptr) {  // EXPERIMENT: logical index by SM (read before the wait: static)
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    cta_ = __ldg(p.sm_rank + smid);
-  }
-  const int cta = cta_;
+  const int cta = blockIdx.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
@@ -354,12 +348,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
-        if (p.pace_ns != 0 && blk == 1 && elem == 2) {  // EXPERIMENT: first piece, second block
-          if (p.pace_ns > 0)
-            __nanosleep(static_cast<unsigned>(p.pace_ns));
-          else
-            mbar_wait(smem_u32(&full_bar[1 % kStages]), 0);  // block 0 (element 1) landed
-        }
         put(row_src(blk));
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
