@@ -50,8 +50,9 @@ def render_table(verdict: Verdict) -> str:
             )
         )
     lines.append("")
+    skipped = any(r.result == "SKIPPED" for r in verdict.rows)  # the gate stopped at a FAIL
     rated = [r for r in verdict.rows if r.concurrency == 1 and r.ratio is not None]
-    if len(rated) < 2 and any(r.result == "SKIPPED" for r in verdict.rows):
+    if len(rated) < 2 and skipped:
         lines.append("crossover (ratio = 1.0): not estimated (fewer than two contexts measured)")
     else:
         lines.append(f"crossover (ratio = 1.0): {verdict.crossover.describe()}")
@@ -74,7 +75,7 @@ def render_table(verdict: Verdict) -> str:
             f"correctness: {ok} of {corr.checked} probes match the baseline "
             f"(up to {corr.allowed} may differ)"
         )
-    elif any(r.result == "SKIPPED" for r in verdict.rows):
+    elif skipped:
         lines.append("correctness: not checked (the gate stopped at a FAIL)")
     lines.append(f"verdict: {verdict.verdict}: {verdict.reason}")
     if verdict.timings:

@@ -191,35 +191,27 @@ def measure(
             stopped = True
             break
     timings: list[tuple[str, float]] = [("warmup", t_warm), ("measure", t_meas)]
-    if stopped:
-        timings.append(("total", clock() - send.t0))
-        return Measurement(
-            fingerprint=fingerprint,
-            samples=tuple(samples),
-            summaries=summarize(samples),
-            timings=tuple(timings),
-            label=label,
-        )
-    if workload.concurrent:
-        t = clock()
-        samples += send.run("concurrent", workload.concurrent)
-        timings.append(("concurrent", clock() - t))
-    t = clock()
     probes: list[ProbeOutput] = []
-    for n, probe in enumerate(workload.probes):
-        try:
-            ids = greedy_ids(
-                endpoint.host,
-                endpoint.port,
-                probe.input_ids(),
-                probe.tokens,
-                timeout_s=workload.request_timeout_s,
-            )
-            probes.append(ProbeOutput(probe.index, tuple(ids)))
-        except GateError as exc:
-            probes.append(ProbeOutput(probe.index, error=exc.message))
-        send._report("probe", None, n + 1, len(workload.probes), None)
-    timings.append(("probes", clock() - t))
+    if not stopped:
+        if workload.concurrent:
+            t = clock()
+            samples += send.run("concurrent", workload.concurrent)
+            timings.append(("concurrent", clock() - t))
+        t = clock()
+        for n, probe in enumerate(workload.probes):
+            try:
+                ids = greedy_ids(
+                    endpoint.host,
+                    endpoint.port,
+                    probe.input_ids(),
+                    probe.tokens,
+                    timeout_s=workload.request_timeout_s,
+                )
+                probes.append(ProbeOutput(probe.index, tuple(ids)))
+            except GateError as exc:
+                probes.append(ProbeOutput(probe.index, error=exc.message))
+            send._report("probe", None, n + 1, len(workload.probes), None)
+        timings.append(("probes", clock() - t))
     timings.append(("total", clock() - send.t0))
     return Measurement(
         fingerprint=fingerprint,
