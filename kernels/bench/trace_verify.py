@@ -175,20 +175,17 @@ def cta_spread(per_rep, num_ctas, smid_slot):
             start = min(int(g[i, 1]) for i in range(num_ctas))
             for name, k in CTA_POINTS:
                 vals = [
-                    ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot])) for i in active if g[i, k]
+                    ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot]), i) for i in active if g[i, k]
                 ]
-                med_all = sorted(v for v, _ in vals)[len(vals) // 2] if vals else 0.0
-                for i in active:
-                    if g[i, k]:
-                        late_cta[name].setdefault(i, []).append((int(g[i, k]) - start) / 1e3 - med_all)
                 if not vals:
                     continue
-                xs = sorted(v for v, _ in vals)
+                xs = sorted(v for v, _, _ in vals)
                 q = lambda f, xs=xs: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
                 quant[name].append((xs[0], q(0.1), q(0.5), q(0.9), xs[-1]))
                 med = q(0.5)
-                for v, sm in vals:
+                for v, sm, cta in vals:
                     late[name].setdefault(sm, []).append((sample, v - med))
+                    late_cta[name].setdefault(cta, []).append(v - med)
             sample += 1
     out = {}
     for name, _ in CTA_POINTS:
