@@ -374,6 +374,111 @@ def test_fused_merge_after_many_calls(calls_before, num_ctas):
         assert int(sync[1 + 2 * n]) == 0
 
 
+# --- speculative first blocks (csrc/verify_main.cuh) -----------------------------------------
+
+
+def expected_hints_b1(inp, num_ctas: int) -> torch.Tensor:
+    """The hints a B=1 call leaves: CTA c's first KV blocks are [c*q, c*q + q) of the request
+    (the schedule of verify_common.cuh with one segment), row r of its block j holding the pool
+    row of token (c*q + j)*32 + r where that token is a prefix token, else -1."""
+    prefix, draft = inp.prefix_lens[0], inp.draft_lens[0]
+    nblk = -(-(prefix + draft) // 32)
+    q = max(1, -(-nblk // (num_ctas - 1)))
+    units = -(-nblk // q)
+    per_cta = -(-units // num_ctas)
+    idx = inp.kv_indices.cpu()
+    want = torch.full((num_ctas, api().SPEC_BLOCKS, 32), -1, dtype=torch.int64)
+    for c in range(num_ctas):
+        lo_unit = c * per_cta
+        if lo_unit >= units:
+            continue
+        hi_blk = min((lo_unit + per_cta) * q, nblk)
+        for j in range(api().SPEC_BLOCKS):
+            blk = lo_unit * q + j
+            if blk >= hi_blk:
+                continue
+            for r in range(32):
+                tok = blk * 32 + r
+                if tok < prefix:
+                    want[c, j, r] = int(idx[tok])
+    return want
+
+
+def test_speculation_never_changes_the_output():
+    """A call whose hints are right (the same indices again), wrong (indices permuted in place),
+    absent, or out of the pool's range (rows past k_buffer, negative): the output is the
+    reference's and the same bits as the call without speculation, and each call leaves its
+    own first blocks' pool rows as the next call's hints."""
+    inp = make_inputs([5700], [4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    assert bool((ws.spec_hint == -1).all()), "a new workspace holds no hints"
+    o_first, lse_first = run_kernel(inp, ws)
+    torch.cuda.synchronize()
+    assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(inp, ws.num_ctas))
+    o_ref, _ = reference(inp)
+    assert rel_err(o_first, o_ref) < TOL
+    o_hit, lse_hit = run_kernel(inp, ws)
+    ws.speculate = 0
+    o_off, lse_off = run_kernel(inp, ws)
+    ws.speculate = 1
+    torch.cuda.synchronize()
+    assert torch.equal(o_hit, o_first) and torch.equal(o_off, o_first)
+    assert torch.equal(lse_hit, lse_first) and torch.equal(lse_off, lse_first)
+
+    # Wrong hints: the same pool rows in another order (every block's guess misses).
+    perm = torch.randperm(inp.kv_indices.numel(), device="cuda")
+    inp.kv_indices.copy_(inp.kv_indices[perm].clone())
+    o_miss, _ = run_kernel(inp, ws)
+    torch.cuda.synchronize()
+    assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(inp, ws.num_ctas))
+    o_ref, _ = reference(inp)
+    assert rel_err(o_miss, o_ref) < TOL
+    ws.speculate = 0
+    o_off, _ = run_kernel(inp, ws)
+    ws.speculate = 1
+    torch.cuda.synchronize()
+    assert torch.equal(o_miss, o_off)
+
+    # Hints no pool row answers to: past the pool, at its end, negative, huge.
+    pool = inp.k_buffer.shape[0]
+    for bad in (pool, pool + 1, -5, 2**62):
+        ws.spec_hint.fill_(bad)
+        o_bad, _ = run_kernel(inp, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(o_bad, o_off), f"hint {bad}"
+        assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(inp, ws.num_ctas))
+
+
+def test_speculation_hints_follow_the_call():
+    """A CTA left without work clears its hints (no copies for nothing in later calls), and a
+    batch over 32 requests (the CTA-wide schedule) speculates as well: same bits as without."""
+    long = make_inputs([91000], [4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(long)
+    run_kernel(long, ws)
+    torch.cuda.synchronize()
+    busy = int((ws.spec_hint[:, 0, 0] >= 0).sum())
+    assert busy == ws.num_ctas, f"at 91k every CTA has work ({busy} hinted)"
+    short = make_inputs([1000], [4], 8, device="cuda", seed=fresh_seed())
+    run_kernel(short, ws)
+    torch.cuda.synchronize()
+    assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(short, ws.num_ctas))
+
+    rng = random.Random(fresh_seed())
+    prefix = [rng.choice([0, 7, 300, 2000, 9000]) for _ in range(40)]
+    draft = [rng.randint(1, 8) for _ in range(40)]
+    inp = make_inputs(prefix, draft, 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    outs = [run_kernel(inp, ws)[0] for _ in range(3)]
+    ws.speculate = 0
+    outs.append(run_kernel(inp, ws)[0])
+    torch.cuda.synchronize()
+    assert int((ws.spec_hint >= 0).sum()) > 0
+    o_ref, _ = reference(inp)
+    assert rel_err(outs[0], o_ref) < TOL
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0])
+
+
 # --- CUDA graphs -----------------------------------------------------------------------------
 
 
