@@ -224,8 +224,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
 #pragma unroll
     for (int j = 0; j < kSpec; ++j) {
       const bool ok = lactive && hint[j] >= 0 && hint[j] < p.pool_rows;
-      const uint32_t bar = smem_u32(&spec_bar[j]);
-      if (lane == 0) mbar_expect_tx(bar, __popc(__ballot_sync(0xffffffffu, ok)) * kRowBytes);
+      const uint32_t bar = smem_u32(&spec_bar[j]), rows = __popc(__ballot_sync(0xffffffffu, ok));
+      if (lane == 0) mbar_expect_tx(bar, rows * kRowBytes);
       __syncwarp();
       if (ok) {
         bulk_copy_g2s(smem_u32(smem) + (1 + j) * T::kStageBytes + lrow * T::kKvRowBytes,
