@@ -158,6 +158,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
   __shared__ __align__(8) uint64_t spec_bar[T::kSpecBlocks];  // speculative first blocks' copies
+  __shared__ long long spec_rows[T::kSpecBlocks * T::kBlockN];  // the hints they were made from
   __shared__ uint32_t spec_miss;  // bit j: block j was not speculated right in every row
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -166,42 +167,49 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   if (tid == 0) trace_begin<kTrace>(p, cta);
-  // ---- speculative first blocks (load warps) ----
+  // ---- speculative first blocks ----
   // Every layer of a model step passes the same index tensors, so a CTA's first KV blocks are
-  // most often the pool rows it copied in the call before. The load warps read those rows
-  // (p.spec_hint, one slot per CTA) before griddepcontrol.wait and copy them into the stages
-  // that are free at the start (1 .. kSpec) right after it, while the schedule is computed.
-  // Once the real pool indices of those blocks have landed, a block whose rows all match is
-  // handed to the math warps as it is (its full barrier is arrived on, nothing copied again);
-  // any other block is copied as usual, after the guess has landed. So the output never
-  // depends on a hint, and a right one takes the index pointers, the schedule and the pool
-  // indices (two dependent round trips) off the path to the first KV block.
+  // most often the pool rows it copied in the call before. Those rows (p.spec_hint, one slot per
+  // CTA) are read before griddepcontrol.wait, and right after it the math warps (idle until the
+  // schedule is known; 4 kSpec rows a warp, so each warp's serial bulk-copy issue stays short)
+  // copy them into the stages that are free at the start (1 .. kSpec), while the load warps
+  // compute the schedule and fetch the real pool indices as usual. Once those have landed, a
+  // block whose rows all match is handed to the math warps as it is (its full barrier arrived
+  // on, nothing copied again); any other block is copied as usual, after the guess has landed.
+  // So the output never depends on a hint, and a right one takes the index pointers, the
+  // schedule and the pool indices (two dependent round trips) off the path to the first KV block.
   constexpr int kSpec = kCopy ? (kStages - 1 < T::kSpecBlocks ? kStages - 1 : T::kSpecBlocks) : 0;
-  const bool spec_on = kSpec > 0 && p.spec_hint != nullptr && warp >= T::kMathWarps;
-  const bool lactive = lane < kLoadRows;  // the load warps' lane -> row map (as below)
-  const int lrow = (warp - T::kMathWarps) * kLoadRows + (lactive ? lane : 0);
-  int64_t* const hint_slot = spec_on ? p.spec_hint + (int64_t(cta) * T::kSpecBlocks) * T::kBlockN + lrow : nullptr;
-  long long hint[kSpec > 0 ? kSpec : 1];  // this lane's row of block j in the last call (-1: none)
-  uint32_t issued = 0;                    // bit j: this lane copies its row of block j from hint[j]
-  if (spec_on) {
-#pragma unroll
-    for (int j = 0; j < kSpec; ++j) hint[j] = lactive ? ld_relaxed_s64(hint_slot + j * T::kBlockN) : -1;
-  }
-  // Every speculative copy has landed (its stage may be written again, or the CTA leave).
+  constexpr int kSpecLanes = 4 * (kSpec > 0 ? kSpec : 1);  // a math warp's guessed rows
+  static_assert(kSpecLanes * T::kMathWarps == (kSpec > 0 ? kSpec : 1) * T::kBlockN, "math warps cover the rows");
+  const bool spec_on = kSpec > 0 && p.spec_hint != nullptr;
+  // Math warp w's lane l guesses row (w * kSpecLanes + l) of the kSpec blocks laid end to end.
+  const int spec_flat = warp * kSpecLanes + lane;
+  const bool spec_lane = spec_on && warp < T::kMathWarps && lane < kSpecLanes;
+  int64_t* const hint_slot = spec_on ? p.spec_hint + int64_t(cta) * T::kSpecBlocks * T::kBlockN : nullptr;
+  long long guess = -1;  // (math warps) this lane's row of the last call
+  if (spec_lane) guess = ld_relaxed_s64(hint_slot + spec_flat);
+  // (load warps) every guessed copy has landed, and spec_rows holds the guesses.
   auto spec_settle = [&]() {
 #pragma unroll
     for (int j = 0; j < kSpec; ++j) mbar_wait(smem_u32(&spec_bar[j]), 0);
   };
-  // The next call's hint for this lane's row of block j (stored only when it changes).
-  auto spec_store = [&](int j, long long v) {
-    if (lactive && v != hint[j]) st_relaxed_s64(hint_slot + j * T::kBlockN, v);
+  // (load warps) the next call's hint for row `row` of block j, stored only when it changes.
+  auto spec_store = [&](int j, int row, long long v) {
+    if (v != spec_rows[j * T::kBlockN + row]) st_relaxed_s64(hint_slot + j * T::kBlockN + row, v);
+  };
+  // (load warps of a CTA without work) no hints for the next call; the CTA leaves only once the
+  // guessed copies have landed.
+  auto spec_forget = [&]() {
+    spec_settle();
+    for (int i = tid - T::kMathThreads; i < kSpec * T::kBlockN; i += kThreads - T::kMathThreads)
+      spec_store(i / T::kBlockN, i % T::kBlockN, -1);
   };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
-    for (int j = 0; j < kSpec; ++j) mbar_init(smem_u32(&spec_bar[j]), kLoaders);
+    for (int j = 0; j < kSpec; ++j) mbar_init(smem_u32(&spec_bar[j]), T::kBlockN / kSpecLanes);  // the math warps guessing its rows
     spec_miss = 0;
     mbar_init(smem_u32(&merge_bar), 1);
     for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
@@ -219,20 +227,17 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // CTA's thread 0 calls merge_cta_ended exactly once, as the CTA leaves.
   unsigned long long ready = 0;  // (first the count, then the flag value)
   if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
-  if (spec_on) {  // the guessed rows into stages 1 .. kSpec (each load warp arrives once a stage)
-    const __nv_bfloat16* kb = static_cast<const __nv_bfloat16*>(p.k_buf);
-#pragma unroll
-    for (int j = 0; j < kSpec; ++j) {
-      const bool ok = lactive && hint[j] >= 0 && hint[j] < p.pool_rows;
-      const uint32_t bar = smem_u32(&spec_bar[j]), rows = __popc(__ballot_sync(0xffffffffu, ok));
-      if (lane == 0) mbar_expect_tx(bar, rows * kRowBytes);
-      __syncwarp();
-      if (ok) {
-        bulk_copy_g2s(smem_u32(smem) + (1 + j) * T::kStageBytes + lrow * T::kKvRowBytes,
-                      kb + hint[j] * p.k_buf_stride, kRowBytes, bar);
-        issued |= 1u << j;
-      }
-    }
+  if (spec_on && warp < T::kMathWarps) {  // the guessed rows into stages 1 .. kSpec
+    const int j = spec_flat / T::kBlockN, row = spec_flat % T::kBlockN;
+    const bool ok = spec_lane && guess >= 0 && guess < p.pool_rows;
+    const uint32_t bar = smem_u32(&spec_bar[j]), rows = __popc(__ballot_sync(0xffffffffu, ok));
+    if (spec_lane) spec_rows[spec_flat] = guess;
+    __syncwarp();  // (the guesses are visible to whoever sees the barrier's phase complete)
+    if (lane == 0) mbar_expect_tx(bar, rows * kRowBytes);
+    __syncwarp();
+    if (ok)
+      bulk_copy_g2s(smem_u32(smem) + (1 + j) * T::kStageBytes + row * T::kKvRowBytes,
+                    static_cast<const __nv_bfloat16*>(p.k_buf) + guess * p.k_buf_stride, kRowBytes, bar);
   }
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
@@ -262,11 +267,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (lo >= sch.total_units) {  // no work for this CTA
       if (p.fused && tid == 0) merge_cta_ended(p.sync);
-      if (spec_on) {
-        spec_settle();
-#pragma unroll
-        for (int j = 0; j < kSpec; ++j) spec_store(j, -1);
-      }
+      if (spec_on && warp >= T::kMathWarps) spec_forget();
       return;
     }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
@@ -288,11 +289,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (lo >= sch.total_units) {  // no work for this CTA
       if (p.fused && tid == 0) merge_cta_ended(p.sync);
-      if (spec_on) {
-        spec_settle();
-#pragma unroll
-        for (int j = 0; j < kSpec; ++j) spec_store(j, -1);
-      }
+      if (spec_on && warp >= T::kMathWarps) spec_forget();
       return;
     }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
@@ -348,8 +345,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // =============================== load warps ===============================
     // Load warp lw copies rows [lw * kLoadRows, (lw + 1) * kLoadRows) of every element; its
     // lane `lane` takes row `row`. Load warp 0 posts the element's whole byte count.
-    const bool active = lactive;  // idle lanes mirror an active lane's row (no copy)
-    const int lw = warp - T::kMathWarps, row = lrow;
+    const bool active = lane < kLoadRows;  // idle lanes mirror an active lane's row (no copy)
+    const int lw = warp - T::kMathWarps, row = lw * kLoadRows + (active ? lane : 0);
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
     // Copies one element (32 rows; `src` is this lane's row) into the next stage.
@@ -409,19 +406,22 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       };
       int skip = 0;  // leading blocks of this piece already in their stages (speculated right)
       if (spec_on && lead) {
+        spec_settle();
         uint32_t hit = 0;  // bit j: every row of this warp's share of block j was guessed right
-        if (__any_sync(0xffffffffu, issued != 0)) {
+        auto guessed = [&](int j) { return spec_rows[j * T::kBlockN + row]; };
+        if (__any_sync(0xffffffffu, active && guessed(0) >= 0)) {
           cp_async_wait<T::kIdxAhead - kSpec>();  // this lane's indices of blocks 0 .. kSpec - 1 landed
 #pragma unroll
-          for (int j = 0; j < kSpec; ++j)
-            if (__all_sync(0xffffffffu, !active || ((issued >> j & 1u) && pool_row(j) == hint[j]))) hit |= 1u << j;
+          for (int j = 0; j < kSpec; ++j) {
+            const long long g = guessed(j);
+            if (__all_sync(0xffffffffu, !active || (g >= 0 && g < p.pool_rows && pool_row(j) == g))) hit |= 1u << j;
+          }
         }
         constexpr uint32_t kAll = (1u << kSpec) - 1;
         if (lane == 0 && hit != kAll) atomicOr(&spec_miss, kAll & ~hit);
         asm volatile("bar.sync 2, %0;\n" ::"n"(kLoaders * 32) : "memory");  // the load warps' verdicts
         const uint32_t right = kAll & ~spec_miss;
         skip = right == kAll ? kSpec : __ffs(~right) - 1;
-        spec_settle();
         if (lw == 0 && lane == 0)
           for (int j = 0; j < skip; ++j) mbar_arrive(smem_u32(&full_bar[1 + j]));
         elem += skip;
@@ -434,18 +434,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && blk == skip && lead) trace_point<kTrace>(p, cta, 4);
         put(row_src(blk));
-        if (spec_on && lead) {
-#pragma unroll
-          for (int j = 0; j < kSpec; ++j)
-            if (j == blk) spec_store(j, pool_row(j));
-        }
+        if (spec_on && lead && blk < kSpec && active) spec_store(blk, row, pool_row(blk));
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
-      if (spec_on && lead) {  // blocks past this CTA's first piece: no hint
-#pragma unroll
-        for (int j = 0; j < kSpec; ++j)
-          if (j >= w.nb) spec_store(j, -1);
-      }
+      if (spec_on && lead && active)  // blocks past this CTA's first piece: no hint
+        for (int j = w.nb; j < kSpec; ++j) spec_store(j, row, -1);
       cp_async_wait<0>();
     } while (w.next(p));
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);

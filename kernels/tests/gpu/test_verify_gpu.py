@@ -456,12 +456,14 @@ def test_speculation_hints_follow_the_call():
     ws = workspace(long)
     run_kernel(long, ws)
     torch.cuda.synchronize()
+    assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(long, ws.num_ctas))
     busy = int((ws.spec_hint[:, 0, 0] >= 0).sum())
-    assert busy == ws.num_ctas, f"at 91k every CTA has work ({busy} hinted)"
     short = make_inputs([1000], [4], 8, device="cuda", seed=fresh_seed())
     run_kernel(short, ws)
     torch.cuda.synchronize()
     assert torch.equal(ws.spec_hint.cpu(), expected_hints_b1(short, ws.num_ctas))
+    left = int((ws.spec_hint[:, 0, 0] >= 0).sum())
+    assert left < busy, f"CTAs without work at 1k cleared their hints ({busy} -> {left})"
 
     rng = random.Random(fresh_seed())
     prefix = [rng.choice([0, 7, 300, 2000, 9000]) for _ in range(40)]
