@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   unsigned long long ready = 0;  // (first the count, then the flag value)
   if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
   if (spec_on && warp < T::kMathWarps) {  // the guessed rows into stages 1 .. kSpec
-    const int j = spec_flat / T::kBlockN;  // (warp-uniform: a warp's rows lie in one block)
+    const int j = warp * kSpecLanes / T::kBlockN;  // the block this warp's rows lie in
     const uint32_t bar = smem_u32(&spec_bar[j]);
     if (spec_lane) spec_rows[spec_flat] = guess;
     __syncwarp();
