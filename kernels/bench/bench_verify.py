@@ -283,13 +283,6 @@ def main():
         "ended CTAs; past 2^32 / SMs is hours into serving)",
     )
     ap.add_argument(
-        "--speculate",
-        type=int,
-        default=1,
-        choices=(0, 1),
-        help="0: the kernel never copies KV rows from the last call's hints (same output)",
-    )
-    ap.add_argument(
         "--cold-code",
         action="store_true",
         help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
@@ -312,7 +305,6 @@ def main():
     ]
     res["forced_variant"] = args.force_variant
     res["served_calls"] = args.served_calls
-    res["speculate"] = args.speculate
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -346,7 +338,6 @@ def main():
             continue
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         case.ws.force_variant = args.force_variant
-        case.ws.speculate = args.speculate
         case.ws.sync[0] = args.served_calls * case.ws.num_ctas
         floor_us = case.kv_bytes / bw * 1e6
         row = {

@@ -243,13 +243,6 @@ def main():
     )
     ap.add_argument("--ctas", action="store_true", help="per-CTA spread and its SMs (cta_spread)")
     ap.add_argument(
-        "--speculate",
-        type=int,
-        default=1,
-        choices=(0, 1),
-        help="0: no speculative first blocks (VerifyWorkspace.speculate)",
-    )
-    ap.add_argument(
         "--evict-code",
         action="store_true",
         help="bench/code_evict.py's kernel before every call: our code cold, as in a model step",
@@ -278,7 +271,6 @@ def main():
             ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
             ws.force_variant = variant
             ws.split_combine = int(args.split)
-            ws.speculate = args.speculate
             ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
             wss.append(ws)
             bufs.append(ws.trace)

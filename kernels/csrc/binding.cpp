@@ -106,13 +106,12 @@ Err check_index(const Tensor& t, const char* name, const at::Device& dev, int64_
 // are fixed for the handle's life, so they are checked once, when it is made (`error`); a call
 // only compares devices and sizes.
 struct WorkspaceHandle {
-  Tensor part_o, part_lse, sched, tokinfo, sync, spec_hint;
+  Tensor part_o, part_lse, sched, tokinfo, sync;
   int64_t num_ctas = 0;
   uint64_t ctas_recip = 0;  // floor((2^64 - 1) / num_ctas), VerifyParams::ctas_recip (set once)
   int64_t min_blocks_per_cta = 1;
   int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
   bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
-  bool speculate = true;              // VerifyParams::spec_hint set (off: benchmarks, tests)
   int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
   Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
   Err error;                          // why the tensors are unusable; empty when they are fine
@@ -129,8 +128,7 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{w.part_lse, "workspace.partial_lse"},
                                 std::pair<const Tensor&, const char*>{w.sched, "workspace.sched"},
                                 std::pair<const Tensor&, const char*>{w.tokinfo, "workspace.tokinfo"},
-                                std::pair<const Tensor&, const char*>{w.sync, "workspace.sync"},
-                                std::pair<const Tensor&, const char*>{w.spec_hint, "workspace.spec_hint"}}) {
+                                std::pair<const Tensor&, const char*>{w.sync, "workspace.sync"}}) {
     KD_CHECK_VALUE(t.defined() && t.device() == w.part_o.device(), name, ": must be on ", w.part_o.device(),
                    " like workspace.partial_o");
   }
@@ -148,10 +146,6 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
                  "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
   KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() && w.sync.numel() >= 2 + 2 * w.num_ctas,
                  "workspace.sync: must be contiguous int64 [2 + 2*num_ctas] (zeros when allocated)");
-  KD_CHECK_VALUE(w.spec_hint.scalar_type() == at::kLong && w.spec_hint.is_contiguous() &&
-                     w.spec_hint.numel() >= w.num_ctas * VerifyTraits::kSpecBlocks * VerifyTraits::kBlockN,
-                 "workspace.spec_hint: must be contiguous int64 [num_ctas, ", VerifyTraits::kSpecBlocks, ", ",
-                 VerifyTraits::kBlockN, "]");
   return {};
 }
 
@@ -256,7 +250,6 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.k_ext_stride = k_extend.stride(0);
   p.k_buf = k_buffer.data_ptr();
   p.k_buf_stride = k_buffer.stride(0);
-  p.pool_rows = k_buffer.size(0);
   p.o = o.data_ptr();
   p.o_stride_t = o.stride(0);
   p.o_stride_h = o.stride(1);
@@ -279,7 +272,6 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.sched = ws.sched.data_ptr<int>();
   p.tokinfo = ws.tokinfo.data_ptr<int>();
   p.sync = reinterpret_cast<unsigned long long*>(ws.sync.data_ptr<int64_t>());
-  p.spec_hint = ws.speculate ? ws.spec_hint.data_ptr<int64_t>() : nullptr;
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.ctas_recip = ws.ctas_recip;
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
@@ -383,14 +375,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using kdtree_mla::WorkspaceHandle;
   pybind11::class_<WorkspaceHandle>(m, "Workspace", "device scratch of a VerifyWorkspace (see kdtree_mla.api)")
       .def(pybind11::init([](at::Tensor part_o, at::Tensor part_lse, at::Tensor sched, at::Tensor tokinfo,
-                             at::Tensor sync, at::Tensor spec_hint, int64_t num_ctas, int64_t num_heads) {
+                             at::Tensor sync, int64_t num_ctas, int64_t num_heads) {
         WorkspaceHandle w;
         w.part_o = std::move(part_o);
         w.part_lse = std::move(part_lse);
         w.sched = std::move(sched);
         w.tokinfo = std::move(tokinfo);
         w.sync = std::move(sync);
-        w.spec_hint = std::move(spec_hint);
         w.num_ctas = num_ctas;
         w.num_heads = num_heads;
         w.error = kdtree_mla::check_workspace_tensors(w);
@@ -406,7 +397,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("launch_parts", &WorkspaceHandle::launch_parts)
       .def_readwrite("force_variant", &WorkspaceHandle::force_variant)
       .def_readwrite("split_combine", &WorkspaceHandle::split_combine)
-      .def_readwrite("speculate", &WorkspaceHandle::speculate)
       .def_property_readonly("fused",
                              [](const WorkspaceHandle& w) {
                                return w.error.empty() &&

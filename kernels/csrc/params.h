@@ -25,7 +25,6 @@ struct VerifyParams {
   // KV pool k_buffer [S, 1, 576]; row r starts at k_buf + r * k_buf_stride; V = first 512 cols.
   const void* k_buf;
   int64_t k_buf_stride;
-  int64_t pool_rows;  // k_buffer's rows: a pool index from a speculation hint must be below it
   // Output o [T, H, 512] bf16 and optional lse [T, H] fp32 (natural log), may be null.
   void* o;
   int64_t o_stride_t, o_stride_h;
@@ -53,10 +52,6 @@ struct VerifyParams {
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
   unsigned long long* sync;  // [2 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
                              // ended, one flag per partial slot, merge tickets (verify_common.cuh)
-  // [num_ctas, kSpecBlocks, 32]: per CTA, the pool rows of its first KV blocks in the last call
-  // (-1: none), from which the load warps start copying before the schedule is known
-  // (verify_main.cuh, "speculative first blocks"); null: no speculation.
-  int64_t* spec_hint;
   int num_ctas;     // grid of the main kernel
   unsigned long long ctas_recip;  // floor((2^64 - 1) / num_ctas): the fused merge's call number
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,

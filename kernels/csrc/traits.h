@@ -45,9 +45,6 @@ struct VerifyTraits {
   static constexpr int kIdxRingBlocks = 8;
   static constexpr int kIdxAhead = kIdxRingBlocks - 1;  // index prefetch distance (blocks)
   static constexpr int kIdxBytes = kIdxRingBlocks * kBlockN * 8;
-  // Speculative first blocks (verify_main.cuh): at most this many KV blocks a CTA copies from
-  // the last call's pool rows while it computes the schedule (the stages free at the start).
-  static constexpr int kSpecBlocks = 2;
   static constexpr int kMaxBatch = 4096;  // scheduler scan lives in the (>= 20 KB) red buffer
   // Merge tickets (verify_main.cuh ticketed): a call whose only cut segment has n >=
   // kTicketMinParts parts merges it in n - kTicketSkip slices, taken by its first CTAs whose last

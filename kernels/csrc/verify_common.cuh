@@ -267,17 +267,6 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
   return v;
 }
-// Speculation hints (VerifyParams::spec_hint): relaxed gpu-scope 64-bit accesses, since the next
-// call's CTAs read them before griddepcontrol.wait, possibly while this call still writes them
-// (any value read is only a hint: it is checked against the real pool row before it is used).
-__device__ __forceinline__ long long ld_relaxed_s64(const int64_t* ptr) {
-  long long v;
-  asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];\n" : "=l"(v) : "l"(ptr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_relaxed_s64(int64_t* ptr, long long v) {
-  asm volatile("st.relaxed.gpu.global.s64 [%0], %1;\n" ::"l"(ptr), "l"(v) : "memory");
-}
 // The call's number from that count (v = calls x num_ctas + e, e < num_ctas): v / num_ctas by
 // the host's reciprocal p.ctas_recip (its high product is the quotient or one less), one
 // correction, no 64-bit division. (A division took a subroutine at the far end of the code on
@@ -332,11 +321,6 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
-}
-// The mbarrier's phase waits for this thread's earlier cp.async copies (an arrival of it once
-// they have landed; counted in the barrier's expected arrivals).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

@@ -157,9 +157,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ int num_cuts;
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
-  __shared__ __align__(8) uint64_t spec_bar[T::kSpecBlocks];  // speculative first blocks' copies
-  __shared__ long long spec_rows[T::kSpecBlocks * T::kBlockN];  // the hints they were made from
-  __shared__ uint32_t spec_miss;  // bit j: block j was not speculated right in every row
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cta = blockIdx.x;
@@ -167,52 +164,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
   if (tid == 0) trace_begin<kTrace>(p, cta);
-  // ---- speculative first blocks ----
-  // Every layer of a model step passes the same index tensors, so a CTA's first KV blocks are
-  // most often the pool rows it copied in the call before. Those rows (p.spec_hint, one slot per
-  // CTA) are read before griddepcontrol.wait, and right after it the math warps (idle until the
-  // schedule is known; 4 kSpec rows a warp, by 16-byte cp.async: bulk copies issue one at a
-  // time, ~0.7 us for 64 rows an SM) copy them into the stages that are free at the start
-  // (1 .. kSpec), while the load warps
-  // compute the schedule and fetch the real pool indices as usual. Once those have landed, a
-  // block whose rows all match is handed to the math warps as it is (its full barrier arrived
-  // on, nothing copied again); any other block is copied as usual, after the guess has landed.
-  // So the output never depends on a hint, and a right one takes the index pointers, the
-  // schedule and the pool indices (two dependent round trips) off the path to the first KV block.
-  constexpr int kSpec = kCopy ? (kStages - 1 < T::kSpecBlocks ? kStages - 1 : T::kSpecBlocks) : 0;
-  constexpr int kSpecLanes = 4 * (kSpec > 0 ? kSpec : 1);  // a math warp's guessed rows
-  static_assert(kSpecLanes * T::kMathWarps == (kSpec > 0 ? kSpec : 1) * T::kBlockN, "math warps cover the rows");
-  const bool spec_on = kSpec > 0 && p.spec_hint != nullptr;
-  // Math warp w's lane l guesses row (w * kSpecLanes + l) of the kSpec blocks laid end to end.
-  const int spec_flat = warp * kSpecLanes + lane;
-  const bool spec_lane = spec_on && warp < T::kMathWarps && lane < kSpecLanes;
-  int64_t* const hint_slot = spec_on ? p.spec_hint + int64_t(cta) * T::kSpecBlocks * T::kBlockN : nullptr;
-  long long guess = -1;  // (math warps) this lane's row of the last call
-  if (spec_lane) guess = ld_relaxed_s64(hint_slot + spec_flat);
-  // (load warps) every guessed copy has landed, and spec_rows holds the guesses.
-  auto spec_settle = [&]() {
-#pragma unroll
-    for (int j = 0; j < kSpec; ++j) mbar_wait(smem_u32(&spec_bar[j]), 0);
-  };
-  // (load warps) the next call's hint for row `row` of block j, stored only when it changes.
-  auto spec_store = [&](int j, int row, long long v) {
-    if (v != spec_rows[j * T::kBlockN + row]) st_relaxed_s64(hint_slot + j * T::kBlockN + row, v);
-  };
-  // (load warps of a CTA without work) no hints for the next call; the CTA leaves only once the
-  // guessed copies have landed.
-  auto spec_forget = [&]() {
-    spec_settle();
-    for (int i = tid - T::kMathThreads; i < kSpec * T::kBlockN; i += kThreads - T::kMathThreads)
-      spec_store(i / T::kBlockN, i % T::kBlockN, -1);
-  };
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
-    for (int j = 0; j < kSpec; ++j)  // the math warps guessing its rows: their lanes' copies, and one release each
-      mbar_init(smem_u32(&spec_bar[j]), T::kBlockN / kSpecLanes * 33);
-    spec_miss = 0;
     mbar_init(smem_u32(&merge_bar), 1);
     for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
@@ -229,26 +185,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // CTA's thread 0 calls merge_cta_ended exactly once, as the CTA leaves.
   unsigned long long ready = 0;  // (first the count, then the flag value)
   if (p.fused && tid == 0) ready = ld_relaxed_u64(&p.sync[0]);
-  if (spec_on && warp < T::kMathWarps) {  // the guessed rows into stages 1 .. kSpec
-    const int j = warp * kSpecLanes / T::kBlockN;  // the block this warp's rows lie in
-    const uint32_t bar = smem_u32(&spec_bar[j]);
-    if (spec_lane) spec_rows[spec_flat] = guess;
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);  // (release: the guesses are visible once the phase completes)
-    constexpr int kChunks = kRowBytes / 16;
-#pragma unroll
-    for (int i = 0; i < kSpecLanes; ++i) {
-      const long long g = __shfl_sync(0xffffffffu, guess, i);
-      if (g >= 0 && g < p.pool_rows) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.k_buf) + g * p.k_buf_stride * 2;
-        const uint32_t dst = smem_u32(smem) + (1 + j) * T::kStageBytes + ((warp * kSpecLanes + i) % T::kBlockN) * T::kKvRowBytes;
-#pragma unroll
-        for (int c = lane; c < kChunks; c += 32) cp_async_cg16(dst + c * 16, src + c * 16);
-      }
-    }
-    cp_async_commit();
-    mbar_arrive_cp_async(bar);
-  }
 
   // ---- schedule (identical in every CTA; see verify_common.cuh) ----
   // Outcome: the units [range_lo, range_hi) of this CTA and the request sb holding range_lo
@@ -277,7 +213,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (lo >= sch.total_units) {  // no work for this CTA
       if (p.fused && tid == 0) merge_cta_ended(p.sync);
-      if (spec_on && warp >= T::kMathWarps) spec_forget();
       return;
     }
     sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
@@ -299,7 +234,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (lo >= sch.total_units) {  // no work for this CTA
       if (p.fused && tid == 0) merge_cta_ended(p.sync);
-      if (spec_on && warp >= T::kMathWarps) spec_forget();
       return;
     }
     // The request holding unit lo (scan[b] <= lo < scan[b + 1]): its own thread publishes the
@@ -376,7 +310,6 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     };
     do {
       const Request& req = w.req;
-      const bool lead = elem == 0;  // the CTA's first piece (the speculated blocks are its first)
       auto issue_idx = [&](int blk) {
         if (blk < w.nb && active) {
           const int k = w.tok_lo + blk * T::kBlockN + row;
@@ -399,56 +332,25 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         const int r = w.row0 + row < req.rows ? w.row0 + row : w.row0;
         put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h);
       }
-      // This lane's pool row in block blk (its index landed), or -1 where the row is not one.
-      auto pool_row = [&](int blk) -> long long {
-        const int k = w.tok_lo + blk * T::kBlockN + row;
-        if (blk >= w.nb || k >= w.tok_hi || k >= req.prefix) return -1;
-        const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + row) * 8;
-        return idx64 ? *reinterpret_cast<const int64_t*>(slot) : *reinterpret_cast<const int32_t*>(slot);
-      };
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
       auto row_src = [&](int blk) -> const __nv_bfloat16* {
         const int k = w.tok_lo + blk * T::kBlockN + row;
         if (k >= w.tok_hi) return kext + req.qo_begin * p.k_ext_stride;
-        if (k < req.prefix) return kbuf + pool_row(blk) * p.k_buf_stride;
+        if (k < req.prefix) {
+          const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + row) * 8;
+          const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
+                                    : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
+          return kbuf + idx * p.k_buf_stride;
+        }
         return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
       };
-      int skip = 0;  // leading blocks of this piece already in their stages (speculated right)
-      if (spec_on && lead) {
-        spec_settle();
-        uint32_t hit = 0;  // bit j: every row of this warp's share of block j was guessed right
-        auto guessed = [&](int j) { return spec_rows[j * T::kBlockN + row]; };
-        if (__any_sync(0xffffffffu, active && guessed(0) >= 0)) {
-          cp_async_wait<T::kIdxAhead - kSpec>();  // this lane's indices of blocks 0 .. kSpec - 1 landed
-#pragma unroll
-          for (int j = 0; j < kSpec; ++j) {
-            const long long g = guessed(j);
-            if (__all_sync(0xffffffffu, !active || (g >= 0 && g < p.pool_rows && pool_row(j) == g))) hit |= 1u << j;
-          }
-        }
-        constexpr uint32_t kAll = (1u << kSpec) - 1;
-        if (lane == 0 && hit != kAll) atomicOr(&spec_miss, kAll & ~hit);
-        asm volatile("bar.sync 2, %0;\n" ::"n"(kLoaders * 32) : "memory");  // the load warps' verdicts
-        const uint32_t right = kAll & ~spec_miss;
-        skip = right == kAll ? kSpec : __ffs(~right) - 1;
-        if (lw == 0 && lane == 0)
-          for (int j = 0; j < skip; ++j) mbar_arrive(smem_u32(&full_bar[1 + j]));
-        elem += skip;
-      }
       for (int blk = 0; blk < w.nb; ++blk) {
-        if (blk < skip) {  // in its stage already, and its hint stands
-          issue_idx(blk + T::kIdxAhead);
-          continue;
-        }
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
-        if (kTrace && lw == 0 && lane == 0 && blk == skip && lead) trace_point<kTrace>(p, cta, 4);
+        if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
         put(row_src(blk));
-        if (spec_on && lead && blk < kSpec && active) spec_store(blk, row, pool_row(blk));
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
-      if (spec_on && lead && active)  // blocks past this CTA's first piece: no hint
-        for (int j = w.nb; j < kSpec; ++j) spec_store(j, row, -1);
       cp_async_wait<0>();
     } while (w.next(p));
     if (lw == 0 && lane == 0) trace_point<kTrace>(p, cta, 5);

@@ -80,10 +80,6 @@ MAX_DRAFT = 16
 SUPPORTED_HEADS = (8, 16, 32, 64, 128)
 # Rows (draft token x head) one CTA handles at once; must match csrc/traits.h.
 BLOCK_M = 32
-# KV tokens per block, and the KV blocks a CTA may copy from the last call's pool rows before
-# its schedule is known; csrc/traits.h.
-BLOCK_N = 32
-SPEC_BLOCKS = 2
 # Hard ceiling of max_batch: the in-kernel scheduler scans request lengths in shared memory.
 MAX_BATCH_LIMIT = 4096
 
@@ -243,12 +239,6 @@ class VerifyWorkspace:
         # call that stored it, + 1), then a merge-ticket word (0 between calls); zeros here,
         # the kernel keeps them consistent itself (csrc/verify_common.cuh).
         self.sync = torch.zeros((2 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
-        # Per CTA, the pool rows of its first KV blocks in the last call (-1: none): the kernel
-        # starts copying them before its schedule is known and keeps only what the real
-        # indices confirm (csrc/verify_main.cuh, "speculative first blocks").
-        self.spec_hint = torch.full(
-            (self.num_ctas, SPEC_BLOCKS, BLOCK_N), -1, dtype=torch.int64, device=dev
-        )
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.
@@ -257,14 +247,11 @@ class VerifyWorkspace:
         #   force_variant (benchmarks, tests): an index into _C.VARIANTS, 0 = the device's default.
         #   split_combine (benchmarks, tests): 1 = merge cut segments in the combine kernel even
         #     where the main kernel can merge them itself (see ``fused``).
-        #   speculate (benchmarks, tests): 0 = never copy KV rows from ``spec_hint`` (the output
-        #     is the same either way; only when the first copies start differs).
         self._options = {
             "min_blocks_per_cta": 1,
             "launch_parts": 3,
             "force_variant": 0,
             "split_combine": 0,
-            "speculate": 1,
         }
         self._trace = None
         self._handle = None
@@ -276,7 +263,6 @@ class VerifyWorkspace:
             self.sched,
             self.tokinfo,
             self.sync,
-            self.spec_hint,
             self.num_ctas,
             self.limits.num_heads,
         )
@@ -308,7 +294,6 @@ class VerifyWorkspace:
     launch_parts = _launch_option("launch_parts")
     force_variant = _launch_option("force_variant")
     split_combine = _launch_option("split_combine")
-    speculate = _launch_option("speculate")
 
     @property
     def fused(self) -> bool:
@@ -319,14 +304,7 @@ class VerifyWorkspace:
 
     @property
     def nbytes(self) -> int:
-        bufs = (
-            self.partial_o,
-            self.partial_lse,
-            self.sched,
-            self.tokinfo,
-            self.sync,
-            self.spec_hint,
-        )
+        bufs = (self.partial_o, self.partial_lse, self.sched, self.tokinfo, self.sync)
         return sum(t.numel() * t.element_size() for t in bufs)
 
 
