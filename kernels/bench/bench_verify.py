@@ -130,7 +130,15 @@ class Case:
     as SGLang builds it once per forward step and passes it to all 61 layers."""
 
     def __init__(
-        self, b, h, d, prefix, layers_bytes_target=6 * 60 << 20, seed=0, sorted_pages=False
+        self,
+        b,
+        h,
+        d,
+        prefix,
+        layers_bytes_target=6 * 60 << 20,
+        seed=0,
+        sorted_pages=False,
+        num_ctas=None,
     ):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
         per_layer = b * (prefix + d) * 1152
@@ -153,7 +161,9 @@ class Case:
         self.outs = [
             torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers
         ]
-        self.ws = api.VerifyWorkspace(max_batch=b, max_tokens=t, num_heads=h, device="cuda")
+        self.ws = api.VerifyWorkspace(
+            max_batch=b, max_tokens=t, num_heads=h, device="cuda", num_ctas=num_ctas
+        )
         self.kv_bytes = base.kv_bytes()
         self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
 
@@ -287,6 +297,12 @@ def main():
         action="store_true",
         help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
     )
+    ap.add_argument(
+        "--num-ctas",
+        type=int,
+        default=0,
+        help="grid size of the main kernel (VerifyWorkspace num_ctas); 0: the SM count",
+    )
     args = ap.parse_args()
 
     props = torch.cuda.get_device_properties(0)
@@ -305,6 +321,7 @@ def main():
     ]
     res["forced_variant"] = args.force_variant
     res["served_calls"] = args.served_calls
+    res["num_ctas"] = args.num_ctas or props.multi_processor_count
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -336,7 +353,15 @@ def main():
     for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
         if picked is not None and ci not in picked:
             continue
-        case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
+        case = Case(
+            b,
+            h,
+            d,
+            prefix,
+            seed=ci + 1,
+            sorted_pages="sorted" in flags,
+            num_ctas=args.num_ctas or None,
+        )
         case.ws.force_variant = args.force_variant
         case.ws.sync[0] = args.served_calls * case.ws.num_ctas
         floor_us = case.kv_bytes / bw * 1e6
