@@ -20,6 +20,11 @@
 //                 the flag protocol over the N / C cluster partials, CTA c merging its 1/N
 //   stage1 C      the cluster configuration's first stage alone (to the cluster barrier after
 //                 the distributed reads)
+//   push C        as "cluster C", but each CTA pushes the rows its peers own into their shared
+//                 memory with one `cp.async.bulk.shared::cluster.shared::cta` a peer (and one
+//                 for the LSEs), completing on the owner's mbarrier: no remote loads, no round
+//                 trip; the owner waits on its own mbarrier and merges from local memory
+//   pstage1 C     the push configuration's first stage alone
 //
 // Every value read is checked against what its writer stored in that call (integer
 // patterns); polls give up after 2 ms and count as errors, so a protocol bug cannot hang the
@@ -64,6 +69,7 @@ struct Bufs {
   u64* stamps;   // [n][5] %globaltimer
   int cluster;   // C (cluster kernel)
   int stage1_only;
+  int push;      // stage 1 by bulk copies into the owners' shared memory
 };
 
 __device__ __forceinline__ u32 pair_of(int j, int w, u64 t) { return (u32)(j * 8192 + w) ^ ((u32)t * 0x9E3779B9u); }
@@ -114,6 +120,35 @@ __device__ __forceinline__ float ld_peer_f32(u32 a) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
   return v;
+}
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_wait_bounded(u32 bar, u32 parity) {
+  const u64 t0 = now_ns();
+  u32 done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    if (!done && now_ns() - t0 > kPollNs) return false;
+  }
+  return true;
+}
+// `bytes` of this CTA's shared memory at src into rank q's shared memory at the same offset as
+// dst, completing on rank q's mbarrier at the offset of bar.
+__device__ __forceinline__ void push_to_peer(const void* dst, const void* src, u32 bytes, u32 bar, u32 q) {
+  const u32 d = peer_addr(dst, q);
+  u32 b;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(b) : "r"(bar), "r"(q));
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(d), "r"(static_cast<u32>(__cvta_generic_to_shared(src))), "r"(bytes), "r"(b)
+               : "memory");
 }
 
 // The final merge both configurations share: CTA c merges pair words [w_lo, w_hi) (1/n of the
@@ -238,8 +273,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) endgame_cluster(Bufs b
   extern __shared__ __align__(16) u32 smem[];
   u32* ps = smem;                                          // this CTA's partial [kSlot]
   float* pl = reinterpret_cast<float*>(smem + kSlot);      // its LSEs [32]
-  u32* stg = smem + kSlot + 32;                            // final stage [parts][kStride]
+  u32* recv = smem + kSlot + 32;                           // push: [C][rows of a slice] from each peer
+  float* recv_lse = reinterpret_cast<float*>(recv + kSlot);  // push: [C][8] LSEs from each peer
+  u32* stg = recv + kSlot + 64;                             // final stage [parts][kStride]
   float* stl = reinterpret_cast<float*>(stg + kMaxParts * kStride);
+  __shared__ __align__(8) u64 s_bar;  // push: the peers' slices landed
   __shared__ u64 s_t;
   __shared__ float s_w[2][kMaxParts];
   __shared__ float s_inv[2];
@@ -247,23 +285,49 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) endgame_cluster(Bufs b
   const int n = gridDim.x, c = blockIdx.x, tid = threadIdx.x;
   const int C = b.cluster, G = n / C, g = c / C;
   const int r = static_cast<int>(cluster_rank());
-  if (tid == 0) s_t = ld_relaxed(b.ctr) / (u64)n + 1;
+  const int rps = 32 / C, row0 = r * rps, w0 = row0 * kRowW;
+  const u32 bar = static_cast<u32>(__cvta_generic_to_shared(&s_bar));
+  if (tid == 0) {
+    s_t = ld_relaxed(b.ctr) / (u64)n + 1;
+    if (b.push) {  // (a kernel would do this at its start, long before its epilogue)
+      mbar_init(bar, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      mbar_expect_tx(bar, C * (rps * kRowW * 4 + 32));
+    }
+  }
   __syncthreads();
   const u64 t = s_t;
   if (tid == 0) b.stamps[c * 5 + 0] = now_ns();
+  if (b.push) cluster_arrive();  // every peer's mbarrier is armed before anyone pushes
   for (int w = tid * 4; w < kSlot; w += 4 * kThreads)
     *reinterpret_cast<uint4*>(ps + w) =
         make_uint4(pair_of(c, w, t), pair_of(c, w + 1, t), pair_of(c, w + 2, t), pair_of(c, w + 3, t));
   if (tid < 32) pl[tid] = lse_of(c, tid, t);
-  cluster_arrive();
-  cluster_wait();
-  if (tid == 0) b.stamps[c * 5 + 1] = now_ns();
-  // Stage 1: rows [r * rps, (r + 1) * rps) of the C peers' partials.
-  const int rps = 32 / C, row0 = r * rps, w0 = row0 * kRowW;
-  if (tid < rps * C) {
-    const int i = tid / C, q = tid % C;
-    s_w1[i][q] = ld_peer_f32(peer_addr(pl + row0 + i, q));
+  int bad = 0;
+  if (b.push) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores above, before the copy engine reads
+    __syncthreads();
+    cluster_wait();
+    if (tid < C) {  // thread q pushes peer q's rows and their LSEs
+      const int q = tid, qrow = q * rps;
+      push_to_peer(recv + r * rps * kRowW, ps + qrow * kRowW, rps * kRowW * 4, bar, q);
+      push_to_peer(recv_lse + r * 8, pl + qrow, 32, bar, q);
+    }
+    if (!mbar_wait_bounded(bar, 0)) bad += 1000000;
+    if (tid < rps * C) {
+      const int i = tid / C, q = tid % C;
+      s_w1[i][q] = recv_lse[q * 8 + i];
+    }
+  } else {
+    cluster_arrive();
+    cluster_wait();
+    // Stage 1: rows [r * rps, (r + 1) * rps) of the C peers' partials.
+    if (tid < rps * C) {
+      const int i = tid / C, q = tid % C;
+      s_w1[i][q] = ld_peer_f32(peer_addr(pl + row0 + i, q));
+    }
   }
+  if (tid == 0) b.stamps[c * 5 + 1] = now_ns();
   __syncthreads();
   float lse_out = 0.f;
   if (tid < rps) {
@@ -276,7 +340,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) endgame_cluster(Bufs b
     lse_out = m + log2f(s);
   }
   __syncthreads();
-  int bad = 0;
   float sink = 0.f;
   const int tag = 100000 + g;  // the cluster partial's pattern (what stage 2 stores)
   for (int v = tid; v < rps * kRowW / 4; v += kThreads) {
@@ -284,7 +347,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) endgame_cluster(Bufs b
     uint4 x[8];
 #pragma unroll
     for (int q = 0; q < 8; ++q)
-      if (q < C) x[q] = ld_peer_v4(peer_addr(ps + w, q));
+      if (q < C) x[q] = b.push ? *reinterpret_cast<const uint4*>(recv + q * rps * kRowW + 4 * v)
+                               : ld_peer_v4(peer_addr(ps + w, q));
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
@@ -333,7 +397,7 @@ namespace {
 struct Config {
   const char* name;
   bool cluster;
-  int n, C, stage1_only;
+  int n, C, stage1_only, push;
   Bufs b{};
   bool coop = false;
 };
@@ -429,16 +493,20 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Config> ks;
-  ks.push_back({"flag 132", false, sms, 1, 0});
-  ks.push_back({"flag 128", false, 128, 1, 0});
+  ks.push_back({"flag 132", false, sms, 1, 0, 0});
+  ks.push_back({"flag 128", false, 128, 1, 0, 0});
+  ks.push_back({"flag 120", false, 120, 1, 0, 0});
+  static char names[8][32];
+  int nn = 0;
   for (int C : {4, 8}) {
     const int n = std::min(128, C * max_clusters[C]) / C * C;
     if (n < 16) continue;
-    static char names[4][32];
-    std::snprintf(names[C / 4 - 1], 32, "cluster %d x %d", C, n / C);
-    ks.push_back({names[C / 4 - 1], true, n, C, 0});
-    std::snprintf(names[C / 4 + 1], 32, "stage1 %d x %d", C, n / C);
-    ks.push_back({names[C / 4 + 1], true, n, C, 1});
+    for (int push = 0; push < 2; ++push)
+      for (int st1 = 0; st1 < 2; ++st1) {
+        std::snprintf(names[nn], 32, "%s %d x %d", push ? (st1 ? "pstage1" : "push") : (st1 ? "stage1" : "cluster"), C,
+                      n / C);
+        ks.push_back({names[nn++], true, n, C, st1, push});
+      }
   }
   for (Config& k : ks) {
     Bufs& b = k.b;
@@ -455,6 +523,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMemset(b.stamps, 0, 8 * 5 * kMaxParts));
     b.cluster = k.C;
     b.stage1_only = k.stage1_only;
+    b.push = k.push;
   }
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -479,8 +548,9 @@ int main(int argc, char** argv) {
     std::printf("%-16s 300 eager calls, values read wrong or polls timed out: %d\n", k.name, err);
   }
   // Phases of one eager call: us after the grid's first entry, median CTA / last CTA, median
-  // of 20 calls. Points: 1 stored (cluster: first cluster barrier passed), 2 published (before
-  // the fence; cluster: its slice stored), 3 every range read, 4 done.
+  // of 20 calls. Points: 1 stored (cluster: first cluster barrier passed; push: the peers' rows
+  // landed), 2 published (before the fence; cluster and push: its slice stored), 3 every range
+  // read, 4 done.
   std::printf("\n| config | stored | published | read | done |\n|---|---:|---:|---:|---:|\n");
   for (Config& k : ks) {
     std::vector<std::vector<double>> med(5), last(5);
