@@ -190,3 +190,14 @@ def test_fused_merge_slices_fit_and_have_no_bank_conflicts():
     assert cfg["merge_max_pad_units"] <= 7
     assert cfg["merge_conflicts"] == 0
     assert cfg["merge_packed_conflicts"] > 0
+
+
+@pytest.mark.parametrize("probe", sorted(p.name for p in (ROOT / "bench").glob("*.cu")))
+def test_standalone_bench_probes_compile(probe, tmp_path):
+    """The standalone CUDA diagnostics in bench/ (run by hand on the device) still build for the
+    H200 they run on: launch_probe.cu includes csrc/params.h, so a change there could break it
+    unnoticed until a device session."""
+    cmd = [find_nvcc(), "-std=c++17", "-O2", "-arch=sm_90", "-c", str(ROOT / "bench" / probe)]
+    cmd += ["-o", str(tmp_path / "probe.o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"nvcc failed for bench/{probe}:\n{res.stderr}"
