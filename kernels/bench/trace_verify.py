@@ -58,8 +58,10 @@ KEYS = (
 # Main-kernel trace points in time order (csrc/verify_main.cuh), reported for CTA 0 and for
 # the CTA that finished last, as offsets from point 1 (inputs visible) in us.
 POINTS = (
+    ("ptrs_landed", 29),  # load warp 0: the index pointers landed (its schedule's loads)
     ("sched", 12),
     ("split", 2),
+    ("lw_walk", 30),  # load warp 0: its walk set up, about to issue its first index copies
     ("idx_issued", 10),
     ("q_issued", 3),
     ("idx_landed", 4),

@@ -211,10 +211,23 @@ __device__ Schedule make_schedule(const VerifyParams& p, int* scan, int* warp_su
 // The same schedule for B <= 32, computed by one warp alone (lane b holds request b) with
 // shuffles: no CTA-wide barrier, so each warp of a CTA goes on to its copies as soon as the
 // index pointers arrive. *mine = the lane's request (zeros past B), *excl = its first unit.
+template <bool kOn>
+__device__ __forceinline__ void trace_point(const VerifyParams& p, int row, int k);  // (below)
+
+template <bool kTrace = false>
 __device__ __forceinline__ Schedule warp_schedule(const VerifyParams& p, Request* mine, int* excl) {
   const int lane = threadIdx.x & 31;
   Request r = {};
   if (lane < p.batch) r = load_request(p, lane);
+  if constexpr (kTrace) {
+    // Trace point 29 (traced variant, load warp 0, lane 0): the index pointers landed. The
+    // volatile store of a loaded value waits for it before the timer is read.
+    if (threadIdx.x == T::kMathThreads) {
+      volatile unsigned long long* slot = p.trace + blockIdx.x * kTraceSlots + 31;
+      *slot = static_cast<unsigned long long>(r.kv_len + r.qo_begin + r.mask_begin);
+      trace_point<true>(p, blockIdx.x, 29);
+    }
+  }
   const int w = __reduce_add_sync(0xffffffffu, r.mtiles * r.nblk);
   const int segs = __reduce_add_sync(0xffffffffu, r.nblk > 0 ? r.mtiles : 0);
   Schedule s;

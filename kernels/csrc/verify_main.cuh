@@ -100,7 +100,7 @@ __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch
 
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
-// load warp: 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
+// load warp: 29 index pointers landed (load warp 0), 30 its walk ready, 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
 // warps: 3 first Q tile's copies issued, 11 walk shared, 6 first Q tile landed, 7 first KV block
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // Each warp alone, no CTA-wide barrier.
     Request mine;
     int excl;
-    sch = warp_schedule(p, &mine, &excl);
+    sch = warp_schedule<kTrace>(p, &mine, &excl);
     if (tid == 0) trace_point<kTrace>(p, cta, 12);
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
     const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
@@ -323,6 +323,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         }
         cp_async_commit();
       };
+      if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 30);
 #pragma unroll
       for (int a = 0; a < T::kIdxAhead; ++a) issue_idx(a);
       if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
