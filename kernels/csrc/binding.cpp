@@ -144,8 +144,11 @@ Err check_workspace_tensors(const WorkspaceHandle& w) {
   KD_CHECK_VALUE(w.tokinfo.scalar_type() == at::kInt && w.tokinfo.is_contiguous() && w.tokinfo.numel() >= 4 &&
                      reinterpret_cast<uintptr_t>(w.tokinfo.data_ptr()) % 16 == 0,
                  "workspace.tokinfo: must be contiguous 16-byte aligned int32 [max_tokens, 4]");
-  KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() && w.sync.numel() >= 2 + 2 * w.num_ctas,
-                 "workspace.sync: must be contiguous int64 [2 + 2*num_ctas] (zeros when allocated)");
+  KD_CHECK_VALUE(w.sync.scalar_type() == at::kLong && w.sync.is_contiguous() &&
+                     w.sync.numel() >= 2 + (2 + VerifyTraits::kPlanWords) * w.num_ctas &&
+                     reinterpret_cast<uintptr_t>(w.sync.data_ptr()) % 16 == 0,
+                 "workspace.sync: must be contiguous 16-byte aligned int64 [2 + ", 2 + VerifyTraits::kPlanWords,
+                 "*num_ctas] (zeros when allocated)");
   return {};
 }
 

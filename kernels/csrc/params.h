@@ -50,8 +50,9 @@ struct VerifyParams {
   float* part_lse;  // [2 * num_ctas, BLOCK_M], log2 units
   int* sched;       // [batch + 3]: units per CTA, blocks per unit, per-request unit prefix sums
   int* tokinfo;     // [num_tokens, 4]: per draft token {qo_begin, unit prefix, units/segment, 0}
-  unsigned long long* sync;  // [2 + 2 * num_ctas], zeros when allocated (fused merge only): CTAs
-                             // ended, one flag per partial slot, merge tickets (verify_common.cuh)
+  unsigned long long* sync;  // [2 + (2 + kPlanWords) * num_ctas], zeros when allocated (fused merge
+                             // only): CTAs ended, one flag per partial slot, merge tickets, then
+                             // each CTA's schedule plan (verify_common.cuh)
   int num_ctas;     // grid of the main kernel
   unsigned long long ctas_recip;  // floor((2^64 - 1) / num_ctas): the fused merge's call number
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,

@@ -51,6 +51,9 @@ struct VerifyTraits {
   // block lands.
   static constexpr int kTicketMinParts = 64;
   static constexpr int kTicketSkip = 8;
+  // Schedule plans (verify_common.cuh): 64-bit words a CTA keeps after the merge-ticket word of
+  // the workspace's `sync`, which holds 2 + (2 + kPlanWords) * num_ctas words.
+  static constexpr int kPlanWords = 10;
 
   static_assert(kHeadDim % (16 * kKGroups) == 0, "k-groups must split 576 evenly");
   static_assert(kMathWarps == 2 * kKGroups, "warp grid: 2 row halves x 4 k-groups");

@@ -156,6 +156,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   __shared__ Cut cuts[2];
   __shared__ int num_cuts;
   __shared__ unsigned long long merge_ready;  // the flag value of this call's stored partials
+  // Schedule plans (verify_common.cuh): what thread 0 keeps for the next call as the CTA ends.
+  __shared__ Plan plan_s;
+  __shared__ Request plan_req_s;
+  __shared__ int plan_pending;
   __shared__ uint32_t merge_seen[kMaxFusedParts / 32];  // parts seen stored (merge_staged)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -170,6 +174,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       mbar_init(smem_u32(&empty_bar[s]), T::kMathWarps);
     }
     mbar_init(smem_u32(&merge_bar), 1);
+    plan_pending = 0;
     for (int i = 0; i < kMaxFusedParts / 32; ++i) merge_seen[i] = 0;
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
@@ -192,32 +197,58 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   Schedule sch;
   Request sreq;
   int sb, sunit;
+  // Schedule plans (verify_common.cuh): a fused B = 1 call takes the one this CTA kept, when
+  // its key is this call's; else it works the schedule out and keeps it.
+  const bool plannable = p.batch == 1 && p.fused;
+  bool planned = false;
+  Plan plan;
   if (p.batch <= 32) {
     // Each warp alone, no CTA-wide barrier.
     Request mine;
-    int excl;
-    sch = warp_schedule<kTrace>(p, &mine, &excl);
+    int excl = 0;
+    if (plannable) {
+      mine = load_request(p, 0);  // (every lane: the same words)
+      planned = plan_take(p, cta, mine, &plan);
+    }
+    if (planned)
+      sch = plan.sch;
+    else
+      sch = warp_schedule<kTrace>(p, &mine, &excl);
     if (tid == 0) trace_point<kTrace>(p, cta, 12);
     const int q = sch.blocks_per_unit, lo = cta * sch.units_per_cta;
-    const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
-    if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
-      if (lane < p.batch) {
-        p.sched[3 + lane] = incl;
-        store_tokinfo(p, mine, excl, q);
+    if (planned) {
+      if (lo >= sch.total_units) {  // no work for this CTA
+        if (tid == 0) merge_cta_ended(p.sync);
+        return;
       }
-      if (lane == 0) {
-        p.sched[0] = sch.units_per_cta;
-        p.sched[1] = q;
-        p.sched[2] = 0;
+      sb = 0;
+      sreq = mine;
+      sunit = 0;
+    } else {
+      const int incl = excl + (lane < p.batch ? units_of(mine, q) : 0);
+      if (!p.fused && cta == 0 && warp == 0) {  // the combine kernel's tables
+        if (lane < p.batch) {
+          p.sched[3 + lane] = incl;
+          store_tokinfo(p, mine, excl, q);
+        }
+        if (lane == 0) {
+          p.sched[0] = sch.units_per_cta;
+          p.sched[1] = q;
+          p.sched[2] = 0;
+        }
       }
+      if (lo >= sch.total_units) {  // no work for this CTA
+        if (plannable) {  // (every warp reads the plan before any thread rewrites it)
+          __syncthreads();
+          if (tid == 0) plan_keep(p, cta, mine, Plan{sch, 0, 0, 0, 0});
+        }
+        if (p.fused && tid == 0) merge_cta_ended(p.sync);
+        return;
+      }
+      sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
+      sreq = shfl_request(mine, sb);
+      sunit = __shfl_sync(0xffffffffu, excl, sb);
     }
-    if (lo >= sch.total_units) {  // no work for this CTA
-      if (p.fused && tid == 0) merge_cta_ended(p.sync);
-      return;
-    }
-    sb = __ffs(__ballot_sync(0xffffffffu, excl <= lo && lo < incl)) - 1;
-    sreq = shfl_request(mine, sb);
-    sunit = __shfl_sync(0xffffffffu, excl, sb);
   } else {
     int* scan = reinterpret_cast<int*>(red_s);
     Request mine;  // request tid's geometry (tid < B)
@@ -271,12 +302,22 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   w.q = q;
   w.range_hi = range_hi;
   w.req = sreq;
-  w.seg_units = (w.req.nblk + q - 1) / q;
-  {
+  if (planned) {
+    w.seg_units = plan.seg_units;
+    w.mt = plan.mt;
+    w.unit_lo = plan.unit_lo;
+    w.seg_start = plan.seg_start;
+  } else {
+    w.seg_units = (w.req.nblk + q - 1) / q;
     const int off = range_lo - sunit;
     w.mt = off / w.seg_units;
     w.unit_lo = off - w.mt * w.seg_units;
     w.seg_start = sunit + w.mt * w.seg_units;
+    if (plannable && tid == 0) {  // kept as the CTA ends, when no warp of it reads the plan any more
+      plan_s = Plan{sch, w.mt, w.unit_lo, w.seg_start, w.seg_units};
+      plan_req_s = sreq;
+      plan_pending = 1;
+    }
   }
   w.describe();
   const uint32_t kv_base = smem_u32(smem);
@@ -749,6 +790,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     }
     if (tid == 0) {
       if (num_cuts > 0) trace_point<kTrace>(p, cta, 18);
+      // Every warp of this CTA read the plan before its first copy, so before these math
+      // warps' last block: rewriting it here cannot tear what a warp of this call reads.
+      if (plan_pending) plan_keep(p, cta, plan_req_s, plan_s);
       merge_cta_ended(p.sync);
     }
   }

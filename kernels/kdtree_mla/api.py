@@ -78,6 +78,8 @@ HEAD_DIM_QK = 576
 HEAD_DIM_V = 512
 MAX_DRAFT = 16
 SUPPORTED_HEADS = (8, 16, 32, 64, 128)
+# 64-bit words of one CTA's schedule plan in the workspace; must match csrc/traits.h.
+PLAN_WORDS = 10
 # Rows (draft token x head) one CTA handles at once; must match csrc/traits.h.
 BLOCK_M = 32
 # Hard ceiling of max_batch: the in-kernel scheduler scans request lengths in shared memory.
@@ -236,9 +238,12 @@ class VerifyWorkspace:
         self.tokinfo = torch.empty((self.limits.max_tokens, 4), dtype=torch.int32, device=dev)
         # Fused merge handshakes: CTAs ended over all fused calls (num_ctas a call, so the
         # call's number is known to every CTA), one flag per partial slot (the number of the
-        # call that stored it, + 1), then a merge-ticket word (0 between calls); zeros here,
-        # the kernel keeps them consistent itself (csrc/verify_common.cuh).
-        self.sync = torch.zeros((2 + 2 * self.num_ctas,), dtype=torch.int64, device=dev)
+        # call that stored it, + 1), then a merge-ticket word (0 between calls), then each
+        # CTA's schedule plan (PLAN_WORDS words: what a B = 1 call worked out, with its key);
+        # zeros here, the kernel keeps them consistent itself (csrc/verify_common.cuh).
+        self.sync = torch.zeros(
+            (2 + (2 + PLAN_WORDS) * self.num_ctas,), dtype=torch.int64, device=dev
+        )
         # Launch options, held by the extension's Workspace object (one argument per call
         # instead of eight: the host path is part of every eager layer's time). Changing one
         # between eager calls is fine; a captured graph keeps the values it was captured with.

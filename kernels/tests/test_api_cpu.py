@@ -53,6 +53,7 @@ def test_block_m_matches_traits_header():
 
     traits = (pathlib.Path(api.__file__).parents[1] / "csrc" / "traits.h").read_text()
     assert int(re.search(r"kBlockM = (\d+);", traits).group(1)) == api.BLOCK_M
+    assert int(re.search(r"kPlanWords = (\d+);", traits).group(1)) == api.PLAN_WORDS
 
 
 @pytest.mark.parametrize(

@@ -353,6 +353,73 @@ def test_fused_merge_back_to_back_calls():
         assert_merge_state(ws, calls=3 * (i + 1))
 
 
+PLAN_MAGIC = 0x6B64706C
+
+
+def plan_kept(ws, cta: int = 0) -> bool:
+    """CTA `cta` holds a schedule plan (csrc/verify_common.cuh: the key's magic word)."""
+    word = int(ws.sync[2 + 2 * ws.num_ctas + cta * api().PLAN_WORDS].item())
+    return (word >> 32) & 0xFFFFFFFF == PLAN_MAGIC
+
+
+@pytest.mark.parametrize("variant", [0, 9])
+def test_schedule_plans_follow_every_key_field(variant):
+    """A fused B = 1 call takes the schedule its CTAs kept from the call before only where the
+    request and the launch values are the same: new pages with the same lengths take it (the
+    pool indices are read fresh every call); another prefix or draft length, no custom mask or
+    another min_blocks_per_cta work it out again. Every call matches the reference, and the
+    same call twice is bit-identical."""
+    steps = [  # prefix, draft, tree, min_blocks_per_cta
+        (5700, 4, True, 1),  # a new workspace: no plan yet
+        (5700, 4, True, 1),  # new pages and values, same lengths: the plan
+        (5701, 4, True, 1),  # one prefix token more
+        (5701, 3, True, 1),  # one draft token less
+        (5701, 3, None, 1),  # no custom mask
+        (5701, 3, None, 4),  # at least 4 blocks a CTA
+        (91000, 4, True, 1),
+        (5700, 4, True, 1),  # back to the first
+    ]
+    ws = None
+    for prefix, draft, tree, min_blocks in steps:
+        inp = make_inputs([prefix], [draft], 8, device="cuda", seed=fresh_seed(), tree=tree)
+        if ws is None:
+            ws = api().VerifyWorkspace(max_batch=1, max_tokens=4, num_heads=8, device="cuda")
+            ws.force_variant = variant
+            assert ws.fused and not plan_kept(ws)
+        ws.min_blocks_per_cta = min_blocks
+        check(inp, ws)
+        assert plan_kept(ws), "a fused B = 1 call keeps its plan"
+        o1, l1 = run_kernel(inp, ws)
+        o2, l2 = run_kernel(inp, ws)
+        torch.cuda.synchronize()
+        assert torch.equal(o1, o2) and torch.equal(l1, l2), (prefix, draft, tree, min_blocks)
+    assert_merge_state(ws, calls=3 * len(steps))
+
+
+@pytest.mark.parametrize("heads,draft", [(16, 4), (64, 4), (128, 1)])
+def test_schedule_plans_with_several_m_tiles(heads, draft):
+    """B = 1 with more rows than one M-tile: a CTA's range can start inside a later M-tile's
+    segment, and the plan keeps where (the walk's start)."""
+    ws = None
+    for prefix in (23000, 23000, 4000, 4000):
+        inp = make_inputs([prefix], [draft], heads, device="cuda", seed=fresh_seed())
+        ws = ws or workspace(inp)
+        check(inp, ws)
+
+
+def test_no_plan_for_batches_or_the_combine_kernel():
+    """Plans are kept by fused B = 1 calls only."""
+    inp = make_inputs([5700, 300], [4, 4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(inp)
+    check(inp, ws)
+    assert not plan_kept(ws)
+    one = make_inputs([5700], [4], 8, device="cuda", seed=fresh_seed())
+    ws = workspace(one)
+    ws.split_combine = 1
+    check(one, ws)
+    assert not plan_kept(ws)
+
+
 @pytest.mark.parametrize("calls_before", [2**32 // 132 + 7, 2**40 + 3, 2**55 + 1])
 @pytest.mark.parametrize("num_ctas", [None, 37])
 def test_fused_merge_after_many_calls(calls_before, num_ctas):
