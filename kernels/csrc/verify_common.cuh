@@ -97,6 +97,12 @@ struct Request {
 
 __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   Request r;
+  // The mask pointer is loaded from a valid address with or without a mask (qo_indptr stands
+  // in), so that its load goes out with the other four: behind `p.mask != nullptr` it was
+  // issued only once they had landed, a second round trip on every call's front (session 15).
+  const bool has_mask = p.mask != nullptr;
+  const int64_t m0 = load_index(has_mask ? p.mask_indptr : p.qo_indptr, b,
+                                has_mask ? (p.index64 & kMaskIndptr64) : (p.index64 & kQoIndptr64));
   const int64_t q0 = load_index(p.qo_indptr, b, p.index64 & kQoIndptr64);
   const int64_t q1 = load_index(p.qo_indptr, b + 1, p.index64 & kQoIndptr64);
   const int64_t k0 = load_index(p.kv_indptr, b, p.index64 & kKvIndptr64);
@@ -109,7 +115,7 @@ __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
   r.rows = r.draft * p.num_heads;
   r.mtiles = (r.rows + T::kBlockM - 1) / T::kBlockM;
   r.nblk = r.draft > 0 ? (r.kv_len + T::kBlockN - 1) / T::kBlockN : 0;
-  r.mask_begin = p.mask != nullptr ? load_index(p.mask_indptr, b, p.index64 & kMaskIndptr64) : 0;
+  r.mask_begin = has_mask ? m0 : 0;
   return r;
 }
 
