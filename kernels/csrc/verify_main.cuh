@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     Request mine;
     int excl = 0;
     if (plannable) {
-      mine = load_request(p, 0);  // (every lane: the same words)
+      mine = load_request<true>(p, 0);  // (every lane: the same words)
       planned = plan_take(p, cta, mine, &plan);
     }
     if (planned)
