@@ -30,6 +30,8 @@
 // the next piece). 10 warps fit 168 registers a thread (a scheduler holds at most 3); a 17th
 // warp beside 16 math warps would leave 96 (the scheduler holding 5 warps has 16K registers),
 // which is why there are 8 math warps.
+// A fused B = 1 call takes its CTA's schedule plan (verify_common.cuh) when the plan's key is
+// the call's, and keeps one otherwise (written by thread 0 as the CTA ends).
 // With p.fused (a cooperative grid of at most one CTA an SM) the math warps then merge the
 // segments their CTA cut together with the segments' other CTAs (end of the kernel); else
 // the combine kernel does, after this grid. A call whose only cut segment has many parts
