@@ -102,7 +102,8 @@ __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch
 
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
-// load warp: 29 index pointers landed (load warp 0), 30 its walk ready, 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
+// load warp: 29 index pointers landed (load warp 0, when it works the schedule out), 30 its
+// walk ready, 10 first index copies issued, 4 first indices landed, 5 last copy issued; math
 // warps: 3 first Q tile's copies issued, 11 walk shared, 6 first Q tile landed, 7 first KV block
 // landed, 8 last block's PV done, 13 last normaliser ready, 15 warp 0's stores issued,
 // 9 last epilogue stored (all math warps);
