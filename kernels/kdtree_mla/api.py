@@ -176,7 +176,10 @@ class VerifyWorkspace:
     row, ``BLOCK_M`` rows), merged by the main kernel itself when its grid fits one CTA per SM
     (``fused``), else by a second fixed-geometry kernel. So the partial buffers do
     not depend on context length; the declared maximum only bounds the schedule table
-    (``max_batch + 1`` ints) and what a call may pass.
+    (``max_batch + 1`` ints) and what a call may pass. A fused call with one request also keeps
+    each CTA's schedule here, and the next call with the same request lengths and options takes
+    it instead of working it out again (every layer of a model step after the first); the key
+    is compared whole, so outputs never depend on it.
 
     One workspace serves one call at a time: calls on one stream (eager or in graphs) are
     fine; two calls in flight at once on different streams would share the partial buffers
