@@ -177,7 +177,9 @@ def cta_spread(per_rep, num_ctas, smid_slot):
             start = min(int(g[i, 1]) for i in range(num_ctas))
             for name, k in CTA_POINTS:
                 vals = [
-                    ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot]), i) for i in active if g[i, k]
+                    ((int(g[i, k]) - start) / 1e3, int(g[i, smid_slot]), i)
+                    for i in active
+                    if g[i, k]
                 ]
                 if not vals:
                     continue
