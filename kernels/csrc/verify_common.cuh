@@ -328,18 +328,18 @@ constexpr unsigned long long kPlanMagic = 0x6b64706cull;  // "kdpl"
 __device__ __forceinline__ unsigned long long* plan_slot(const VerifyParams& p, int cta) {
   return p.sync + 2 + 2 * p.num_ctas + cta * T::kPlanWords;
 }
+// Two 32-bit values in one plan word, `lo` in the low half.
+__device__ __forceinline__ unsigned long long pack2(int lo, int hi) {
+  return (static_cast<unsigned long long>(static_cast<uint32_t>(hi)) << 32) | static_cast<uint32_t>(lo);
+}
 // What a B = 1 call's schedule depends on besides num_ctas (fixed for the workspace): words 0-4.
 __device__ __forceinline__ void plan_key(const VerifyParams& p, const Request& r, unsigned long long k[5]) {
   k[0] = (kPlanMagic << 32) | (static_cast<unsigned long long>(p.mask != nullptr) << 31) |
          static_cast<uint32_t>(p.num_heads);
-  k[1] = (static_cast<unsigned long long>(static_cast<uint32_t>(r.draft)) << 32) |
-         static_cast<uint32_t>(p.min_blocks_per_cta);
-  k[2] = (static_cast<unsigned long long>(static_cast<uint32_t>(r.prefix)) << 32) | static_cast<uint32_t>(r.qo_begin);
+  k[1] = pack2(p.min_blocks_per_cta, r.draft);
+  k[2] = pack2(r.qo_begin, r.prefix);
   k[3] = static_cast<unsigned long long>(r.kv_begin);
   k[4] = static_cast<unsigned long long>(r.mask_begin);
-}
-__device__ __forceinline__ unsigned long long pack2(int lo, int hi) {
-  return (static_cast<unsigned long long>(static_cast<uint32_t>(hi)) << 32) | static_cast<uint32_t>(lo);
 }
 // This CTA's plan, if its key is this call's (every lane of a warp loads the same words).
 __device__ __forceinline__ bool plan_take(const VerifyParams& p, int cta, const Request& r, Plan* out) {
@@ -367,8 +367,7 @@ __device__ __forceinline__ void plan_keep(const VerifyParams& p, int cta, const 
   dst[0] = make_ulonglong2(k[0], k[1]);
   dst[1] = make_ulonglong2(k[2], k[3]);
   dst[2] = make_ulonglong2(k[4], pack2(pl.sch.blocks_per_unit, pl.sch.units_per_cta));
-  dst[3] = make_ulonglong2(static_cast<unsigned long long>(static_cast<uint32_t>(pl.sch.total_units)),
-                           pack2(pl.mt, pl.unit_lo));
+  dst[3] = make_ulonglong2(pack2(pl.sch.total_units, 0), pack2(pl.mt, pl.unit_lo));
   dst[4] = make_ulonglong2(pack2(pl.seg_start, pl.seg_units), 0ull);
 }
 // A CTA of a fused call ends (its thread 0, once): the count above.
