@@ -40,6 +40,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "probe_util.h"
+
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
@@ -51,14 +53,6 @@ constexpr int kStride = 72;   // words between two parts' slices in the final st
 constexpr int kMaxParts = 136;
 constexpr u64 kPollNs = 2000000;
 
-#define CHECK(x)                                                      \
-  do {                                                                \
-    cudaError_t e_ = (x);                                             \
-    if (e_ != cudaSuccess) {                                          \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(e_));     \
-      std::exit(1);                                                   \
-    }                                                                 \
-  } while (0)
 
 struct Bufs {
   u64* ctr;      // CTAs ended (the call number is ctr / n + 1)
@@ -426,11 +420,6 @@ cudaError_t launch(const Config& k, cudaStream_t s, bool coop) {
   const cudaError_t e = k.cluster ? cudaLaunchKernelEx(&cfg, endgame_cluster, k.b) : cudaLaunchKernelEx(&cfg, endgame_flag, k.b);
   if (e != cudaSuccess) cudaGetLastError();
   return e;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // us a call: a graph of `layers` launches replayed `reps` times, median replay / layers.

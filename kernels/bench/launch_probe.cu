@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../csrc/params.h"
+#include "probe_util.h"
 
 __global__ void probe_kernel(kdtree_mla::VerifyParams p) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -36,14 +37,6 @@ struct Mode {
 
 constexpr int kSmem = 137472;
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s failed: %s\n", #x, cudaGetErrorString(e_));                     \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 struct Launcher {
   cudaStream_t stream;
@@ -101,11 +94,6 @@ struct Launcher {
     return launch_ex(&cfg, fn, args, nullptr) == CUDA_SUCCESS;
   }
 };
-
-double median(std::vector<double>& v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
