@@ -2,7 +2,7 @@
 call number save? (diagnostic, run on the device; CuPy/NVRTC)
 
 At B=1 the end of a verify call (epilogue, publish, merge) takes ~3.5 us from the grid's last
-published partial (docs/kernel-benchmarks.md). Part of that is the handshake itself: the
+published partial (docs/kernel-history.md). Part of that is the handshake itself: the
 publisher's release fence waits for its stores before it sets the part's flag, and a merging
 CTA must first see the flag (one L2 round trip) and only then read the data (another). This
 probe isolates the end game, with no attention math: a cooperative grid of one CTA an SM, each

@@ -1,7 +1,7 @@
 """Instruction-fetch probe (run on the device): what does code cost the first time an SM runs it?
 
 The verify kernel's once-per-call code (its front, epilogue and merge) runs far slower than its
-instruction count in the traces (docs/kernel-benchmarks.md, sessions 5 and 8), and Nsight
+instruction count in the traces (docs/kernel-history.md, sessions 5 and 8), and Nsight
 Compute put most of the merge's stall samples on "no instruction". This probe asks the plain
 question behind that: a kernel of N straight-line FFMAs (8 independent chains, 16 bytes of code
 each, no branches) is timed with clock64 around the block, twice in the same launch (pass 0

@@ -2,7 +2,7 @@
 
 The fused merge (csrc/verify_merge.cuh) reads ~32 KB a CTA of partials that 90-130 other CTAs
 stored a microsecond earlier, and that read takes ~2.5 us on the H200 whether it goes through
-registers or the bulk-copy engine (docs/kernel-benchmarks.md). This probe isolates the access
+registers or the bulk-copy engine (docs/kernel-history.md). This probe isolates the access
 pattern: n CTAs (one per SM) each own a 32 KB slot; each CTA then reads the c-th n-th of every
 slot (n pieces of 32 KB / n: 32 KB a CTA, like the merge) and times that read with
 %globaltimer. Three cases, each the median over CTAs and repetitions:

@@ -8,7 +8,7 @@
 # TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one.
 # AB_OPTION=--force-variant AB_VALUES="11 9": the same cases under each value of one
 # bench_verify.py option, two passes, the second in reverse order (the first benchmark of a pass
-# reads slower even for code it does not touch: docs/kernel-benchmarks.md, session 6).
+# reads slower even for code it does not touch: docs/kernel-history.md, session 6).
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_diag
