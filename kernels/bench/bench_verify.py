@@ -5,7 +5,9 @@ One run measures, on the same GPU:
   * bf16 mma.sync m16n8k16 throughput (a register-only CuPy/NVRTC microbenchmark),
   * per verify call: our kernel in a CUDA graph and eager, SGLang's Triton extend kernel
     (target-verify arguments) in a graph and eager when its wheel is in kernels/.whl,
-  * the host path of one eager call (Python to launch, no sync).
+  * the host path of one eager call (Python to launch, the device synchronised before each
+    sample), the same after a 200 us busy-wait (whether the synchronize before a sample
+    slows it), and per call with a layer stack's calls issued back to back.
 Each case cycles over distinct per-layer KV pools (>= 4x L2 in total) so the L2 cannot hold
 the KV between calls of the same layer. Times are medians over many repetitions.
 """
@@ -254,13 +256,34 @@ def launch_floor_us(n=64, reps=50) -> float:
     return t
 
 
-def host_path_us(case, reps=300):
+def host_path_us(case, reps=300, spin_us=0.0):
+    """Median wall time of one eager call, the device synchronised before each sample. With
+    spin_us the thread then busy-waits that long before the call (diagnostic: whether a long
+    synchronize, not the call, makes the sample slow)."""
     samples = []
     for k in range(reps):
         torch.cuda.synchronize()
+        if spin_us:
+            t_end = time.perf_counter_ns() + spin_us * 1e3
+            while time.perf_counter_ns() < t_end:
+                pass
         t0 = time.perf_counter_ns()
         case.ours(k % case.n_layers)
         samples.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def host_burst_us(case, reps=50):
+    """Median over reps of the wall time per call of one layer stack's calls issued back to back
+    (no synchronisation between them), as an eager model step issues them."""
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for i in range(case.n_layers):
+            case.ours(i)
+        samples.append((time.perf_counter_ns() - t0) / 1e3 / case.n_layers)
     torch.cuda.synchronize()
     return statistics.median(samples)
 
@@ -442,6 +465,8 @@ def main():
             case.ws.min_blocks_per_cta = default_mb
             row["min_blocks_sweep_graph_us"] = sweep
         row["host_us"] = host_path_us(case)
+        row["host_after_spin_us"] = host_path_us(case, spin_us=200.0)
+        row["host_burst_us"] = host_burst_us(case)
         if triton_fn is not None:
             try:
                 row["triton_graph_us"], row["triton_eager_us"] = time_modes(
@@ -459,7 +484,8 @@ def main():
 
     print(
         "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
-        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us |"
+        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us | "
+        "host us, 200 us spin first | host us a call, back to back |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
@@ -471,7 +497,8 @@ def main():
             f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
             f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
             f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} | "
-            f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} |"
+            f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} | "
+            f"{r.get('host_after_spin_us', float('nan')):.1f} | {r.get('host_burst_us', float('nan')):.1f} |"
         )
     if variant_keys:
         print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")
