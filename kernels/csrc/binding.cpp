@@ -7,7 +7,7 @@
 // exceptions.)
 // The per-call entry point, verify_fwd, is a plain CPython METH_FASTCALL function rather than a
 // pybind11 one: it runs on every layer of every eager step, and pybind11's dispatch of its 14
-// arguments cost more than the checks themselves (docs/kernel-benchmarks.md, session 12).
+// arguments cost more than the checks themselves (docs/kernel-history.md, session 12).
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>

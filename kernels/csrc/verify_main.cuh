@@ -15,7 +15,7 @@
 // math warps stalled behind their own copy instructions and loads and math did not overlap.
 // Why two: a bulk copy takes uniform operands, so a warp's 32 per-lane copies issue one at a
 // time (~1 us a stage), which left the math warps waiting for data at B=8 (session 3's trace
-// and Nsight Compute; docs/kernel-benchmarks.md has the measurements).
+// and Nsight Compute; docs/kernel-history.md has the measurements).
 //
 // Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over the
 // block's 32 tokens (its Q fragments, 16 x 144, stay in registers for the piece); the four
@@ -91,7 +91,7 @@ struct PieceWalk {
 // Merge tickets: when a piece is the call's only segment, cut into n >= kTicketMinParts parts
 // (B = 1 with at most 32 rows, from ~5.7k on 132 SMs), its merge is done in n - kTicketSkip
 // slices, taken by the first CTAs whose last block lands (verify_common.cuh merge_ticket):
-// the last ones, most often on the slow SMs (docs/kernel-benchmarks.md, session 6), publish
+// the last ones, most often on the slow SMs (docs/kernel-history.md, session 6), publish
 // and leave. A slice is computed the same way whoever takes it, so the output does not depend
 // on the order. Below kTicketMinParts parts the larger slices cost more than the last CTAs'
 // merge (session 8).
