@@ -15,12 +15,12 @@ the KV between calls of the same layer. Times are medians over many repetitions.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 
@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+from host_path import median_us  # noqa: E402
 from kdtree_mla import api  # noqa: E402
 from kdtree_mla.inputs import make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
@@ -260,32 +261,19 @@ def host_path_us(case, reps=300, spin_us=0.0):
     """Median wall time of one eager call, the device synchronised before each sample. With
     spin_us the thread then busy-waits that long before the call (diagnostic: whether a long
     synchronize, not the call, makes the sample slow)."""
-    samples = []
-    for k in range(reps):
-        torch.cuda.synchronize()
-        if spin_us:
-            t_end = time.perf_counter_ns() + spin_us * 1e3
-            while time.perf_counter_ns() < t_end:
-                pass
-        t0 = time.perf_counter_ns()
-        case.ours(k % case.n_layers)
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    layer = itertools.cycle(range(case.n_layers))
+    return median_us(lambda: case.ours(next(layer)), reps=reps, spin_us=spin_us)
 
 
 def host_burst_us(case, reps=50):
     """Median over reps of the wall time per call of one layer stack's calls issued back to back
     (no synchronisation between them), as an eager model step issues them."""
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
+
+    def stack():
         for i in range(case.n_layers):
             case.ours(i)
-        samples.append((time.perf_counter_ns() - t0) / 1e3 / case.n_layers)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+
+    return median_us(stack, reps=reps) / case.n_layers
 
 
 def main():

@@ -27,11 +27,17 @@ from kdtree_mla import api  # noqa: E402
 from kdtree_mla.inputs import make_inputs  # noqa: E402
 
 
-def median_us(fn, reps=400, sync=True):
+def median_us(fn, reps=400, sync=True, spin_us=0.0):
+    """Median wall time of fn(), the device synchronised before each sample (sync). With
+    spin_us the thread busy-waits that long after the synchronize, before the sample."""
     out = []
     for _ in range(reps):
         if sync:
             torch.cuda.synchronize()
+        if spin_us:
+            t_end = time.perf_counter_ns() + spin_us * 1e3
+            while time.perf_counter_ns() < t_end:
+                pass
         t0 = time.perf_counter_ns()
         fn()
         out.append((time.perf_counter_ns() - t0) / 1e3)
