@@ -82,15 +82,26 @@ __device__ __forceinline__ const __nv_bfloat16* kv_row(const __nv_bfloat16* pool
   return pool + int64_t(perm[(i * kBlockN + r) % kPool]) * kDim;
 }
 
-// kRows query rows, kLoaders load warps (0: the math warps issue the copies), kCopy: stream
-// the blocks (else fill the stages once and reuse them).
-template <int kRows, int kLoaders, bool kCopy>
+// How the blocks reach the ring (kCopyMode; with load warps only kMath and kBulk apply).
+enum CopyMode : int {
+  kMath = 0,     // none: the stages are filled once and reused (the math alone)
+  kBulk = 1,     // one cp.async.bulk a row, by the load warps or, without them, right after the
+                 // block's S barrier by lanes 0-3 of every math warp
+  kSpread = 2,   // the same copies, one lane at a time between the first P V MMAs
+  kCpAsync = 3,  // 16-byte cp.async, 9 a thread, right after the S barrier, completing on the
+                 // stage's mbarrier (cp.async.mbarrier.arrive.noinc)
+};
+
+// kRows query rows, kLoaders load warps (0: the math warps issue the copies), kCopyMode above.
+template <int kRows, int kLoaders, int kCopyMode>
 __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
     tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* pool, const int* perm, int nb, float* out) {
   constexpr int kMt = kRows / 32;           // m16 tiles a warp holds in S (its row half)
   constexpr int kMa = kRows / 16;           // m16 tiles of P V
   constexpr int kTpr = kMathThreads / kRows;  // softmax threads a row
   constexpr int kCols = kBlockN / kTpr;       // and columns a thread
+  constexpr bool kCopy = kCopyMode != kMath;
+  static_assert(kLoaders == 0 || kCopyMode <= kBulk, "load warps copy with cp.async.bulk");
   static_assert(kRows == 32 || kRows == 64, "32 or 64 rows");
   extern __shared__ __align__(128) uint8_t smem[];
   float* red_s = reinterpret_cast<float*>(smem + kStages * kStageBytes);
@@ -103,7 +114,7 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
   const uint32_t base = smem_u32(smem);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&full_bar[s]), kCopyMode == kCpAsync ? kMathThreads : 1);
       mbar_init(smem_u32(&empty_bar[s]), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -133,12 +144,31 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
     bulk_copy_g2s(base + (i % kStages) * kStageBytes + row * kKvRowBytes, src, kRowBytes,
                   smem_u32(&full_bar[i % kStages]));
   };
+  // cp.async: warp w copies rows 4w..4w+3 (288 pieces of 16 B, 9 a lane); lane l < 4 holds
+  // row 4w + l's source, which the others read by shuffle.
+  auto put_cpasync = [&](int i, const __nv_bfloat16* src) {
+    const uint32_t dst = base + (i % kStages) * kStageBytes + warp * 4 * kKvRowBytes;
+#pragma unroll
+    for (int k = 0; k < 9; ++k) {
+      const int c = lane + 32 * k, rl = c / 72, col = c % 72;
+      const auto* s = reinterpret_cast<const __nv_bfloat16*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), rl));
+      kdtree_mla::detail::cp_async_cg16(dst + rl * kKvRowBytes + col * 16, s + col * 8);
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&full_bar[i % kStages]))
+                 : "memory");
+  };
   const int first = kCopy ? min(nb, kStages) : kStages;
-  if (tid == 0)
-    for (int i = 0; i < first; ++i) mbar_expect_tx(smem_u32(&full_bar[i]), kBlockN * kRowBytes);
-  __syncthreads();
-  if (tid < kBlockN)
-    for (int i = 0; i < first; ++i) put_row(i, tid, kv_row(pool, perm, i, tid));
+  if constexpr (kCopyMode == kCpAsync) {
+    __syncthreads();
+    for (int i = 0; i < first; ++i) put_cpasync(i, lane < 4 ? kv_row(pool, perm, i, warp * 4 + lane) : nullptr);
+  } else {
+    if (tid == 0)
+      for (int i = 0; i < first; ++i) mbar_expect_tx(smem_u32(&full_bar[i]), kBlockN * kRowBytes);
+    __syncthreads();
+    if (tid < kBlockN)
+      for (int i = 0; i < first; ++i) put_row(i, tid, kv_row(pool, perm, i, tid));
+  }
 
   if constexpr (kLoaders > 0) {
     if (warp >= 8) {  // load warps: blocks kStages.. into the ring, rows split between them
@@ -215,11 +245,17 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
             }
     }
     math_sync();  // S partials complete; every warp is past P V of block i - 1
-    if (kCopy && copier && i >= 1 && i - 1 + kStages < nb) {
-      const int j = i - 1 + kStages;
+    // The refill of the stage block i - 1 left (every warp is past its P V): block j.
+    const int j = i - 1 + kStages;
+    const bool refill = kLoaders == 0 && kCopy && i >= 1 && j < nb;
+    if (kCopyMode == kBulk && refill && copier) {
       if (crow == 0) mbar_expect_tx(smem_u32(&full_bar[j % kStages]), kBlockN * kRowBytes);
       put_row(j, crow, next_src);
       if (j + 1 < nb) next_src = kv_row(pool, perm, j + 1, crow);
+    }
+    if (kCopyMode == kCpAsync && refill) {
+      put_cpasync(j, next_src);
+      if (copier && j + 1 < nb) next_src = kv_row(pool, perm, j + 1, crow);
     }
     // Softmax (lazy max, as the kernel's): kCols logits of row sm_row.
     float v[kCols];
@@ -301,6 +337,11 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
         for (int a = 0; a < kMa; ++a) {
           mma_bf16(acc[a][nj * 2], pa[a], vb[0], vb[1]);
           mma_bf16(acc[a][nj * 2 + 1], pa[a], vb[2], vb[3]);
+        }
+        if (kCopyMode == kSpread && kk == 0 && refill && lane == nj) {
+          if (crow == 0) mbar_expect_tx(smem_u32(&full_bar[j % kStages]), kBlockN * kRowBytes);
+          put_row(j, crow, next_src);
+          if (j + 1 < nb) next_src = kv_row(pool, perm, j + 1, crow);
         }
       }
     }
@@ -395,7 +436,7 @@ struct Result {
   double us_block, tflops, err;
 };
 
-template <int kRows, int kLoaders, bool kCopy>
+template <int kRows, int kLoaders, int kCopy>
 Result run(const Data& d, int sms, int nb, int reps) {
   auto kern = tile_kernel<kRows, kLoaders, kCopy>;
   constexpr int kSmem = smem_bytes<kRows>();
@@ -410,7 +451,7 @@ Result run(const Data& d, int sms, int nb, int reps) {
   CHECK(cudaDeviceSynchronize());
   std::vector<float> out(kRows * kDimV);
   CHECK(cudaMemcpy(out.data(), d.dout, out.size() * 4, cudaMemcpyDeviceToHost));
-  const double err = check(d, out, kRows, nb_check, kCopy);
+  const double err = check(d, out, kRows, nb_check, kCopy != kMath);
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -485,29 +526,31 @@ int main(int argc, char** argv) {
   const double peak = double(mblocks) * (mthreads / 32) * iters * 8 * (16 * 8 * 16 * 2) / median(mt) / 1e12;
   std::printf("mma.sync bf16 rate: %.1f TFLOP/s\n\n", peak);
 
-  std::printf("%-8s %-5s %5s %6s %9s %9s %7s %9s\n", "config", "mode", "regs", "local", "us/block", "TFLOP/s",
+  std::printf("%-8s %-7s %5s %6s %9s %9s %7s %9s\n", "config", "mode", "regs", "local", "us/block", "TFLOP/s",
               "of mma", "rel err");
   auto show = [&](const char* name, const char* mode, const Result& r) {
-    std::printf("%-8s %-5s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e\n", name, mode, r.regs, r.local, r.us_block, r.tflops,
+    std::printf("%-8s %-7s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e\n", name, mode, r.regs, r.local, r.us_block, r.tflops,
                 100.0 * r.tflops / peak, r.err);
   };
   // Passes in both orders, so drift shows.
+  using Run = Result (*)(const Data&, int, int, int);
+  struct Config {
+    const char *name, *mode;
+    Run fn;
+  };
+  const Config configs[] = {
+      {"r32-l2", "math", run<32, 2, kMath>},      {"r32-l2", "bulk", run<32, 2, kBulk>},
+      {"r32-l0", "math", run<32, 0, kMath>},      {"r32-l0", "bulk", run<32, 0, kBulk>},
+      {"r32-l0", "spread", run<32, 0, kSpread>},  {"r32-l0", "cpasync", run<32, 0, kCpAsync>},
+      {"r64-l0", "math", run<64, 0, kMath>},      {"r64-l0", "bulk", run<64, 0, kBulk>},
+      {"r64-l0", "spread", run<64, 0, kSpread>},  {"r64-l0", "cpasync", run<64, 0, kCpAsync>},
+  };
+  constexpr int kConfigs = sizeof(configs) / sizeof(configs[0]);
   for (int pass = 0; pass < 2; ++pass) {
     std::printf("pass %d\n", pass + 1);
-    if (pass == 0) {
-      show("r32-l2", "math", run<32, 2, false>(d, sms, nb, reps));
-      show("r32-l2", "copy", run<32, 2, true>(d, sms, nb, reps));
-      show("r32-l0", "math", run<32, 0, false>(d, sms, nb, reps));
-      show("r32-l0", "copy", run<32, 0, true>(d, sms, nb, reps));
-      show("r64-l0", "math", run<64, 0, false>(d, sms, nb, reps));
-      show("r64-l0", "copy", run<64, 0, true>(d, sms, nb, reps));
-    } else {
-      show("r64-l0", "copy", run<64, 0, true>(d, sms, nb, reps));
-      show("r64-l0", "math", run<64, 0, false>(d, sms, nb, reps));
-      show("r32-l0", "copy", run<32, 0, true>(d, sms, nb, reps));
-      show("r32-l0", "math", run<32, 0, false>(d, sms, nb, reps));
-      show("r32-l2", "copy", run<32, 2, true>(d, sms, nb, reps));
-      show("r32-l2", "math", run<32, 2, false>(d, sms, nb, reps));
+    for (int k = 0; k < kConfigs; ++k) {
+      const Config& c = configs[pass == 0 ? k : kConfigs - 1 - k];
+      show(c.name, c.mode, c.fn(d, sms, nb, reps));
     }
   }
   return 0;
