@@ -27,7 +27,7 @@
 // measured in the same run, and the relative Frobenius error of one CTA's output against an
 // fp64 reference on the host (the same tokens in the same order).
 //
-//   nvcc -O3 -arch=sm_90 -o /tmp/tile_probe kernels/bench/tile_probe.cu && /tmp/tile_probe
+//   nvcc -O3 -arch=sm_90 -o /tmp/tile_probe kernels/bench/tile_probe.cu && /tmp/tile_probe [NB [REPS [CONFIG]]]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -57,11 +57,10 @@ constexpr int kKvRowBytes = (kDim + 8) * 2;  // the kernel's padded smem row
 constexpr int kStageBytes = kBlockN * kKvRowBytes;
 constexpr int kRedRow = kBlockN + 8, kPRow = kBlockN + 8;
 constexpr int kMathThreads = 256;
-constexpr int kStages = 3;
 constexpr int kPool = 8192;   // KV rows in the pool (9.4 MB: L2-resident)
 constexpr float kScaleLog2 = 0.0721687836f * 1.44269504f;  // 192^-0.5, in log2 units
 
-template <int kRows>
+template <int kRows, int kStages>
 constexpr int smem_bytes() {
   return kStages * kStageBytes + kKGroups * kRows * kRedRow * 4 + kRows * kPRow * 2 + 2 * kRows * 4;
 }
@@ -93,7 +92,7 @@ enum CopyMode : int {
 };
 
 // kRows query rows, kLoaders load warps (0: the math warps issue the copies), kCopyMode above.
-template <int kRows, int kLoaders, int kCopyMode>
+template <int kRows, int kLoaders, int kCopyMode, int kStages>
 __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
     tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* pool, const int* perm, int nb, float* out) {
   constexpr int kMt = kRows / 32;           // m16 tiles a warp holds in S (its row half)
@@ -399,7 +398,7 @@ struct Data {
 
 // Relative Frobenius error of CTA 0's output (rows of Q tile 0) against fp64 over the tokens
 // the CTA read: block i's rows from the permutation (kCopy), or block i % kStages's (reused).
-double check(const Data& d, const std::vector<float>& out, int rows, int nb, bool copy) {
+double check(const Data& d, const std::vector<float>& out, int rows, int nb, bool copy, int kStages) {
   std::vector<int> toks;
   for (int i = 0; i < nb; ++i)
     for (int r = 0; r < kBlockN; ++r) toks.push_back(d.perm[((copy ? i : i % kStages) * kBlockN + r) % kPool]);
@@ -436,10 +435,10 @@ struct Result {
   double us_block, tflops, err;
 };
 
-template <int kRows, int kLoaders, int kCopy>
+template <int kRows, int kLoaders, int kCopy, int kStages = 3>
 Result run(const Data& d, int sms, int nb, int reps) {
-  auto kern = tile_kernel<kRows, kLoaders, kCopy>;
-  constexpr int kSmem = smem_bytes<kRows>();
+  auto kern = tile_kernel<kRows, kLoaders, kCopy, kStages>;
+  constexpr int kSmem = smem_bytes<kRows, kStages>();
   CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, kern));
@@ -451,7 +450,7 @@ Result run(const Data& d, int sms, int nb, int reps) {
   CHECK(cudaDeviceSynchronize());
   std::vector<float> out(kRows * kDimV);
   CHECK(cudaMemcpy(out.data(), d.dout, out.size() * 4, cudaMemcpyDeviceToHost));
-  const double err = check(d, out, kRows, nb_check, kCopy != kMath);
+  const double err = check(d, out, kRows, nb_check, kCopy != kMath, kStages);
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
@@ -526,10 +525,10 @@ int main(int argc, char** argv) {
   const double peak = double(mblocks) * (mthreads / 32) * iters * 8 * (16 * 8 * 16 * 2) / median(mt) / 1e12;
   std::printf("mma.sync bf16 rate: %.1f TFLOP/s\n\n", peak);
 
-  std::printf("%-8s %-7s %5s %6s %9s %9s %7s %9s\n", "config", "mode", "regs", "local", "us/block", "TFLOP/s",
+  std::printf("%-10s %-7s %5s %6s %9s %9s %7s %9s\n", "config", "mode", "regs", "local", "us/block", "TFLOP/s",
               "of mma", "rel err");
   auto show = [&](const char* name, const char* mode, const Result& r) {
-    std::printf("%-8s %-7s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e\n", name, mode, r.regs, r.local, r.us_block, r.tflops,
+    std::printf("%-10s %-7s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e\n", name, mode, r.regs, r.local, r.us_block, r.tflops,
                 100.0 * r.tflops / peak, r.err);
   };
   // Passes in both orders, so drift shows.
@@ -544,8 +543,19 @@ int main(int argc, char** argv) {
       {"r32-l0", "spread", run<32, 0, kSpread>},  {"r32-l0", "cpasync", run<32, 0, kCpAsync>},
       {"r64-l0", "math", run<64, 0, kMath>},      {"r64-l0", "bulk", run<64, 0, kBulk>},
       {"r64-l0", "spread", run<64, 0, kSpread>},  {"r64-l0", "cpasync", run<64, 0, kCpAsync>},
+      {"r32-l0-s4", "bulk", run<32, 0, kBulk, 4>}, {"r64-l0-s4", "bulk", run<64, 0, kBulk, 4>},
+      {"r64-l0-s4", "math", run<64, 0, kMath, 4>}, {"r32-l2-s4", "bulk", run<32, 2, kBulk, 4>},
   };
   constexpr int kConfigs = sizeof(configs) / sizeof(configs[0]);
+  if (argc > 3) {  // one configuration, one pass (for a profiler)
+    const int k = std::atoi(argv[3]);
+    if (k < 0 || k >= kConfigs) {
+      std::printf("configuration %d: there are %d (0-%d)\n", k, kConfigs, kConfigs - 1);
+      return 2;
+    }
+    show(configs[k].name, configs[k].mode, configs[k].fn(d, sms, nb, reps));
+    return 0;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     std::printf("pass %d\n", pass + 1);
     for (int k = 0; k < kConfigs; ++k) {
