@@ -94,7 +94,8 @@ enum CopyMode : int {
 // kRows query rows, kLoaders load warps (0: the math warps issue the copies), kCopyMode above.
 template <int kRows, int kLoaders, int kCopyMode, int kStages>
 __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
-    tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* pool, const int* perm, int nb, float* out) {
+    tile_kernel(const __nv_bfloat16* q, const __nv_bfloat16* pool, const int* perm, int nb, float* out,
+                long long* stats) {
   constexpr int kMt = kRows / 32;           // m16 tiles a warp holds in S (its row half)
   constexpr int kMa = kRows / 16;           // m16 tiles of P V
   constexpr int kTpr = kMathThreads / kRows;  // softmax threads a row
@@ -200,9 +201,14 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
       for (int c = 0; c < 4; ++c) acc[a][ni][c] = 0.f;
   const int sm_row = tid / kTpr, sm_col = (tid % kTpr) * kCols;
   float m_run = -INFINITY, l_part = 0.f;
+  // Thread 0's clock: cycles in the loop, waiting for a stage, issuing its refill (stats).
+  long long t_wait = 0, t_copy = 0, t_mark = 0;
+  const long long t_loop = clock64();
   for (int i = 0; i < nb; ++i) {
     const uint32_t stage = base + (i % kStages) * kStageBytes;
+    if (tid == 0) t_mark = clock64();
     if (kCopy || i < kStages) mbar_wait(smem_u32(&full_bar[i % kStages]), (i / kStages) & 1);
+    if (tid == 0) t_wait += clock64() - t_mark;
     // S = Q K^T over this warp's k-group, one token half h at a time with 64 rows (16
     // accumulators fewer live: no spills), both halves together with 32 (the kernel's order).
     const uint32_t kaddr = stage + ((mat >> 1) * 8 + r8) * kKvRowBytes + (kg * kKSteps * 16 + (mat & 1) * 8) * 2;
@@ -247,6 +253,7 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
     // The refill of the stage block i - 1 left (every warp is past its P V): block j.
     const int j = i - 1 + kStages;
     const bool refill = kLoaders == 0 && kCopy && i >= 1 && j < nb;
+    if (tid == 0) t_mark = clock64();
     if (kCopyMode == kBulk && refill && copier) {
       if (crow == 0) mbar_expect_tx(smem_u32(&full_bar[j % kStages]), kBlockN * kRowBytes);
       put_row(j, crow, next_src);
@@ -256,6 +263,7 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
       put_cpasync(j, next_src);
       if (copier && j + 1 < nb) next_src = kv_row(pool, perm, j + 1, crow);
     }
+    if (tid == 0) t_copy += clock64() - t_mark;
     // Softmax (lazy max, as the kernel's): kCols logits of row sm_row.
     float v[kCols];
 #pragma unroll
@@ -349,6 +357,11 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
       if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&empty_bar[i % kStages])) : "memory");
     }
   }
+  if (tid == 0) {
+    stats[blockIdx.x * 3 + 0] = clock64() - t_loop;
+    stats[blockIdx.x * 3 + 1] = t_wait;
+    stats[blockIdx.x * 3 + 2] = t_copy;
+  }
   // O / l.
   float l = l_part;
 #pragma unroll
@@ -394,6 +407,7 @@ struct Data {
   __nv_bfloat16 *dq = nullptr, *dpool = nullptr;
   int* dperm = nullptr;
   float* dout = nullptr;
+  long long* dstats = nullptr;
 };
 
 // Relative Frobenius error of CTA 0's output (rows of Q tile 0) against fp64 over the tokens
@@ -433,6 +447,7 @@ struct Result {
   int regs;
   size_t local;
   double us_block, tflops, err;
+  double cyc_block, cyc_wait, cyc_copy;  // thread 0's cycles a block: all, waiting, refilling (CTA medians)
 };
 
 template <int kRows, int kLoaders, int kCopy, int kStages = 3>
@@ -445,7 +460,7 @@ Result run(const Data& d, int sms, int nb, int reps) {
   const int threads = kMathThreads + 32 * kLoaders;
   // Correctness: a short run, CTA 0 against fp64.
   const int nb_check = 24;
-  kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb_check, d.dout);
+  kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb_check, d.dout, d.dstats);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   std::vector<float> out(kRows * kDimV);
@@ -457,7 +472,7 @@ Result run(const Data& d, int sms, int nb, int reps) {
   std::vector<double> ts;
   for (int r = 0; r < reps + 2; ++r) {
     CHECK(cudaEventRecord(e0));
-    kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb, d.dout);
+    kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb, d.dout, d.dstats);
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     float ms = 0.f;
@@ -467,7 +482,13 @@ Result run(const Data& d, int sms, int nb, int reps) {
   CHECK(cudaGetLastError());
   const double us = median(ts);
   const double flops = double(sms) * nb * 2.0 * kRows * kBlockN * (kDim + kDimV);
-  return Result{attr.numRegs, attr.localSizeBytes, us / nb, flops / (us * 1e-6) / 1e12, err};
+  std::vector<long long> st(size_t(sms) * 3);
+  CHECK(cudaMemcpy(st.data(), d.dstats, st.size() * 8, cudaMemcpyDeviceToHost));
+  std::vector<double> cyc[3];
+  for (int c = 0; c < sms; ++c)
+    for (int k = 0; k < 3; ++k) cyc[k].push_back(double(st[c * 3 + k]) / nb);
+  return Result{attr.numRegs, attr.localSizeBytes, us / nb, flops / (us * 1e-6) / 1e12, err,
+                median(cyc[0]),  median(cyc[1]),  median(cyc[2])};
 }
 
 }  // namespace
@@ -499,6 +520,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&d.dpool, d.pool.size() * 2));
   CHECK(cudaMalloc(&d.dperm, d.perm.size() * 4));
   CHECK(cudaMalloc(&d.dout, size_t(sms) * 64 * kDimV * 4));
+  CHECK(cudaMalloc(&d.dstats, size_t(sms) * 3 * 8));
   CHECK(cudaMemcpy(d.dq, d.q.data(), d.q.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d.dpool, d.pool.data(), d.pool.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(d.dperm, d.perm.data(), d.perm.size() * 4, cudaMemcpyHostToDevice));
@@ -525,11 +547,11 @@ int main(int argc, char** argv) {
   const double peak = double(mblocks) * (mthreads / 32) * iters * 8 * (16 * 8 * 16 * 2) / median(mt) / 1e12;
   std::printf("mma.sync bf16 rate: %.1f TFLOP/s\n\n", peak);
 
-  std::printf("%-10s %-7s %5s %6s %9s %9s %7s %9s\n", "config", "mode", "regs", "local", "us/block", "TFLOP/s",
-              "of mma", "rel err");
+  std::printf("%-10s %-7s %5s %6s %9s %9s %7s %9s %8s %8s %8s\n", "config", "mode", "regs", "local", "us/block",
+              "TFLOP/s", "of mma", "rel err", "cyc/blk", "wait", "refill");
   auto show = [&](const char* name, const char* mode, const Result& r) {
-    std::printf("%-10s %-7s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e\n", name, mode, r.regs, r.local, r.us_block, r.tflops,
-                100.0 * r.tflops / peak, r.err);
+    std::printf("%-10s %-7s %5d %6zu %9.3f %9.1f %6.1f%% %9.2e %8.0f %8.0f %8.0f\n", name, mode, r.regs, r.local,
+                r.us_block, r.tflops, 100.0 * r.tflops / peak, r.err, r.cyc_block, r.cyc_wait, r.cyc_copy);
   };
   // Passes in both orders, so drift shows.
   using Run = Result (*)(const Data&, int, int, int);
