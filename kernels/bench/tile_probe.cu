@@ -37,13 +37,16 @@
 #include <vector>
 
 #include "probe_util.h"
-#include "../csrc/verify_common.cuh"
+#include "../csrc/verify_main.cuh"
 
 namespace {
 
 using kdtree_mla::detail::bulk_copy_g2s;
 using kdtree_mla::detail::ldmatrix_x4;
 using kdtree_mla::detail::ldmatrix_x4_trans;
+using kdtree_mla::detail::math_sync;
+using kdtree_mla::detail::math_sync_or;
+using kdtree_mla::detail::mbar_arrive;
 using kdtree_mla::detail::mbar_expect_tx;
 using kdtree_mla::detail::mbar_init;
 using kdtree_mla::detail::mbar_wait;
@@ -56,24 +59,13 @@ constexpr int kRowBytes = kDim * 2;
 constexpr int kKvRowBytes = (kDim + 8) * 2;  // the kernel's padded smem row
 constexpr int kStageBytes = kBlockN * kKvRowBytes;
 constexpr int kRedRow = kBlockN + 8, kPRow = kBlockN + 8;
-constexpr int kMathThreads = 256;
+constexpr int kMathThreads = kdtree_mla::VerifyTraits::kMathThreads;  // math_sync's barrier: 8 warps
 constexpr int kPool = 8192;   // KV rows in the pool (9.4 MB: L2-resident)
 constexpr float kScaleLog2 = 0.0721687836f * 1.44269504f;  // 192^-0.5, in log2 units
 
 template <int kRows, int kStages>
 constexpr int smem_bytes() {
   return kStages * kStageBytes + kKGroups * kRows * kRedRow * 4 + kRows * kPRow * 2 + 2 * kRows * 4;
-}
-
-__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kMathThreads) : "memory"); }
-__device__ __forceinline__ bool math_sync_or(bool x) {
-  uint32_t r;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<uint32_t>(x)), "n"(kMathThreads)
-      : "memory");
-  return r != 0;
 }
 
 // Pool row of token r of block i: a random permutation of the pool, walked block by block.
@@ -354,7 +346,7 @@ __global__ void __launch_bounds__(kMathThreads + 32 * kLoaders, 1)
     }
     if (kLoaders > 0 && kCopy) {
       __syncwarp();
-      if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&empty_bar[i % kStages])) : "memory");
+      if (lane == 0) mbar_arrive(smem_u32(&empty_bar[i % kStages]));
     }
   }
   if (tid == 0) {
@@ -399,8 +391,6 @@ __global__ void mma_loop(float* out, int iters) {
   if (s == 1234.5f) out[0] = s;
 }
 
-float bf16_value(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 struct Data {
   std::vector<__nv_bfloat16> q, pool;
   std::vector<int> perm;
@@ -412,10 +402,10 @@ struct Data {
 
 // Relative Frobenius error of CTA 0's output (rows of Q tile 0) against fp64 over the tokens
 // the CTA read: block i's rows from the permutation (kCopy), or block i % kStages's (reused).
-double check(const Data& d, const std::vector<float>& out, int rows, int nb, bool copy, int kStages) {
+double check(const Data& d, const std::vector<float>& out, int rows, int nb, bool copy, int stages) {
   std::vector<int> toks;
   for (int i = 0; i < nb; ++i)
-    for (int r = 0; r < kBlockN; ++r) toks.push_back(d.perm[((copy ? i : i % kStages) * kBlockN + r) % kPool]);
+    for (int r = 0; r < kBlockN; ++r) toks.push_back(d.perm[((copy ? i : i % stages) * kBlockN + r) % kPool]);
   double num = 0, den = 0;
   std::vector<double> s(toks.size()), o(kDimV);
   for (int row = 0; row < rows; ++row) {
@@ -423,7 +413,7 @@ double check(const Data& d, const std::vector<float>& out, int rows, int nb, boo
     for (size_t j = 0; j < toks.size(); ++j) {
       double acc = 0;
       for (int c = 0; c < kDim; ++c)
-        acc += double(bf16_value(d.q[row * kDim + c])) * bf16_value(d.pool[int64_t(toks[j]) * kDim + c]);
+        acc += double(__bfloat162float(d.q[row * kDim + c])) * __bfloat162float(d.pool[int64_t(toks[j]) * kDim + c]);
       s[j] = acc * 0.0721687836;
       mx = std::max(mx, s[j]);
     }
@@ -432,7 +422,7 @@ double check(const Data& d, const std::vector<float>& out, int rows, int nb, boo
     for (size_t j = 0; j < toks.size(); ++j) {
       const double p = std::exp(s[j] - mx);
       l += p;
-      for (int c = 0; c < kDimV; ++c) o[c] += p * bf16_value(d.pool[int64_t(toks[j]) * kDim + c]);
+      for (int c = 0; c < kDimV; ++c) o[c] += p * __bfloat162float(d.pool[int64_t(toks[j]) * kDim + c]);
     }
     for (int c = 0; c < kDimV; ++c) {
       const double ref = o[c] / l, got = out[row * kDimV + c];
@@ -441,6 +431,28 @@ double check(const Data& d, const std::vector<float>& out, int rows, int nb, boo
     }
   }
   return std::sqrt(num / den);
+}
+
+// Median over reps of launch()'s time between two events, us; the first `skip` samples dropped.
+template <class F>
+double median_event_us(F launch, int reps, int skip) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<double> ts;
+  for (int r = 0; r < reps + skip; ++r) {
+    CHECK(cudaEventRecord(e0));
+    launch();
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= skip) ts.push_back(ms * 1e3);
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return median(ts);
 }
 
 struct Result {
@@ -466,21 +478,8 @@ Result run(const Data& d, int sms, int nb, int reps) {
   std::vector<float> out(kRows * kDimV);
   CHECK(cudaMemcpy(out.data(), d.dout, out.size() * 4, cudaMemcpyDeviceToHost));
   const double err = check(d, out, kRows, nb_check, kCopy != kMath, kStages);
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  std::vector<double> ts;
-  for (int r = 0; r < reps + 2; ++r) {
-    CHECK(cudaEventRecord(e0));
-    kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb, d.dout, d.dstats);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 2) ts.push_back(ms * 1e3);
-  }
-  CHECK(cudaGetLastError());
-  const double us = median(ts);
+  const double us =
+      median_event_us([&] { kern<<<sms, threads, kSmem>>>(d.dq, d.dpool, d.dperm, nb, d.dout, d.dstats); }, reps, 2);
   const double flops = double(sms) * nb * 2.0 * kRows * kBlockN * (kDim + kDimV);
   std::vector<long long> st(size_t(sms) * 3);
   CHECK(cudaMemcpy(st.data(), d.dstats, st.size() * 8, cudaMemcpyDeviceToHost));
@@ -531,20 +530,8 @@ int main(int argc, char** argv) {
   const int mblocks = sms * 8, mthreads = 256, iters = 4096;
   mma_loop<<<mblocks, mthreads>>>(dsink, iters);
   CHECK(cudaDeviceSynchronize());
-  std::vector<double> mt;
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int r = 0; r < 10; ++r) {
-    CHECK(cudaEventRecord(e0));
-    mma_loop<<<mblocks, mthreads>>>(dsink, iters);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    mt.push_back(ms * 1e-3);
-  }
-  const double peak = double(mblocks) * (mthreads / 32) * iters * 8 * (16 * 8 * 16 * 2) / median(mt) / 1e12;
+  const double mma_us = median_event_us([&] { mma_loop<<<mblocks, mthreads>>>(dsink, iters); }, 10, 0);
+  const double peak = double(mblocks) * (mthreads / 32) * iters * 8 * (16 * 8 * 16 * 2) / (mma_us * 1e-6) / 1e12;
   std::printf("mma.sync bf16 rate: %.1f TFLOP/s\n\n", peak);
 
   std::printf("%-10s %-7s %5s %6s %9s %9s %7s %9s %8s %8s %8s\n", "config", "mode", "regs", "local", "us/block",
