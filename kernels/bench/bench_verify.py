@@ -48,6 +48,25 @@ DEFAULT_CASES = [
     (1, 8, 4, 91000, "sorted"),
 ]
 
+# --envelope: the rest of the supported shapes (issue 4's requirements), which the targets do
+# not cover: other draft lengths, other head counts (16 and 32: Kimi K2's 64 heads at TP 4 and
+# 2; 128: DeepSeek-V3's at TP 1), the longest prefix, the largest batches, and a batch mixing
+# lengths (a prefix list, one per request).
+ENVELOPE_CASES = [
+    (1, 8, 1, 23000),
+    (1, 8, 8, 23000),
+    (1, 8, 16, 23000),
+    (1, 16, 4, 23000),
+    (1, 32, 4, 23000),
+    (1, 128, 4, 23000),
+    (4, 16, 8, 23000),
+    (1, 8, 16, 91000),
+    (1, 8, 4, 262144),
+    (64, 8, 4, 4096),
+    (256, 8, 4, 2048),
+    (8, 8, 4, [91000, 23000, 5700, 5700, 1024, 1024, 17, 0]),
+]
+
 
 def events_ms(fn, reps: int, inner: int = 1) -> list[float]:
     """Per-repetition device time (ms) of `inner` calls of fn, timed with CUDA events."""
@@ -144,11 +163,11 @@ class Case:
         num_ctas=None,
     ):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
-        per_layer = b * (prefix + d) * 1152
+        self.prefixes = prefixes = list(prefix) if isinstance(prefix, list) else [prefix] * b
+        assert len(prefixes) == b, "one prefix length a request"
+        per_layer = (sum(prefixes) + b * d) * 1152
         self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
-        base = make_inputs(
-            [prefix] * b, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16
-        )
+        base = make_inputs(prefixes, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16)
         if sorted_pages:  # contiguous pool rows: the best case for the TLB and DRAM pages
             base.kv_indices.copy_(torch.sort(base.kv_indices).values)
         self.meta = base
@@ -168,7 +187,7 @@ class Case:
             max_batch=b, max_tokens=t, num_heads=h, device="cuda", num_ctas=num_ctas
         )
         self.kv_bytes = base.kv_bytes()
-        self.flops = b * d * h * (prefix + d) * (576 + 512) * 2
+        self.flops = d * h * (sum(prefixes) + b * d) * (576 + 512) * 2
 
     def ours(self, i, ws=None):
         """Layer i's call, on the case's workspace unless `ws` is given."""
@@ -276,6 +295,12 @@ def host_burst_us(case, reps=50):
     return median_us(stack, reps=reps) / case.n_layers
 
 
+def prefix_label(row) -> str:
+    """A row's prefix for the table: the length, or a mixed batch's range."""
+    p = row["prefix"]
+    return f"mixed {min(p)}-{max(p)}" if isinstance(p, list) else str(p)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -289,7 +314,14 @@ def main():
     ap.add_argument(
         "--no-variant-sweep", action="store_true", help="keep the min_blocks sweep, skip variants"
     )
-    ap.add_argument("--cases", default=None, help="comma-separated DEFAULT_CASES indices")
+    ap.add_argument(
+        "--envelope",
+        action="store_true",
+        help="time ENVELOPE_CASES (shapes beyond the targets' cases) instead of DEFAULT_CASES",
+    )
+    ap.add_argument(
+        "--cases", default=None, help="comma-separated indices into the case list timed"
+    )
     ap.add_argument(
         "--force-variant",
         type=int,
@@ -361,7 +393,10 @@ def main():
 
         evict = CodeEvictor(trigger=True)
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
-    for ci, (b, h, d, prefix, *flags) in enumerate(DEFAULT_CASES):
+    res["case_list"] = "envelope" if args.envelope else "default"
+    for ci, (b, h, d, prefix, *flags) in enumerate(
+        ENVELOPE_CASES if args.envelope else DEFAULT_CASES
+    ):
         if picked is not None and ci not in picked:
             continue
         case = Case(
@@ -393,7 +428,7 @@ def main():
             # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
             both, alone = evicted_graph_us(case.ours, evict, case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
-        if b * prefix <= 200_000:
+        if case.kv_bytes <= 200_000 * 1152:
             from kdtree_mla.ref import verify_attention_ref
 
             x, m = case.layers[-1], case.meta
@@ -425,7 +460,10 @@ def main():
         case.ws.launch_parts = 3
         case.ws.split_combine = 0
         if args.variants or (
-            not args.no_sweep and not args.no_variant_sweep and h == 8 and prefix >= 23000
+            not args.no_sweep
+            and not args.no_variant_sweep
+            and h == 8
+            and max(case.prefixes) >= 23000
         ):
             from kdtree_mla import _C as _c
 
@@ -478,7 +516,7 @@ def main():
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
         print(
-            f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
+            f"| {r['B']} | {r['H']} | {r['D']} | {prefix_label(r)}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
             f"{r['ours_graph_us']:.1f} | {r['split_graph_us']:.1f} | "
             f"{r['main_only_graph_us']:.1f} | "
             f"{r['combine_only_graph_us']:.1f} | "
@@ -493,7 +531,11 @@ def main():
         for r in res["cases"]:
             sw = r.get("variant_sweep_graph_us", {})
             cells = [f"{sw[k]:.1f}" if isinstance(sw.get(k), float) else "-" for k in variant_keys]
-            print(f"| {r['B']} | {r['H']} | {r['D']} | {r['prefix']} | " + " | ".join(cells) + " |")
+            print(
+                f"| {r['B']} | {r['H']} | {r['D']} | {prefix_label(r)} | "
+                + " | ".join(cells)
+                + " |"
+            )
     # 1: fused (cooperative) launches use PDL; 2: the driver refused the pair (no PDL).
     res["fused_pdl"] = _C.fused_pdl(torch.cuda.current_device())
     print(f"fused launches with PDL: {res['fused_pdl']}")
