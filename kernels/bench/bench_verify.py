@@ -295,6 +295,20 @@ def host_burst_us(case, reps=50):
     return median_us(stack, reps=reps) / case.n_layers
 
 
+def parse_shape(text: str) -> tuple:
+    """--shape B,H,D,PREFIX (PREFIX may be a ':'-separated list, one per request)."""
+    b, h, d, prefix = text.split(",")
+    lens = [int(x) for x in prefix.split(":")]
+    return (int(b), int(h), int(d), lens if len(lens) > 1 else lens[0])
+
+
+def pick_cases(args) -> list:
+    """The case list a run times: --shape's, else ENVELOPE_CASES or DEFAULT_CASES."""
+    if args.shape:
+        return [parse_shape(x) for x in args.shape]
+    return ENVELOPE_CASES if args.envelope else DEFAULT_CASES
+
+
 def prefix_label(row) -> str:
     """A row's prefix for the table: the length, or a mixed batch's range."""
     p = row["prefix"]
@@ -318,6 +332,12 @@ def main():
         "--envelope",
         action="store_true",
         help="time ENVELOPE_CASES (shapes beyond the targets' cases) instead of DEFAULT_CASES",
+    )
+    ap.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        help="time this shape instead (B,H,D,PREFIX; repeatable; PREFIX a:b:... per request)",
     )
     ap.add_argument(
         "--cases", default=None, help="comma-separated indices into the case list timed"
@@ -393,10 +413,8 @@ def main():
 
         evict = CodeEvictor(trigger=True)
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
-    res["case_list"] = "envelope" if args.envelope else "default"
-    for ci, (b, h, d, prefix, *flags) in enumerate(
-        ENVELOPE_CASES if args.envelope else DEFAULT_CASES
-    ):
+    res["case_list"] = "shape" if args.shape else "envelope" if args.envelope else "default"
+    for ci, (b, h, d, prefix, *flags) in enumerate(pick_cases(args)):
         if picked is not None and ci not in picked:
             continue
         case = Case(

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from bench_verify import DEFAULT_CASES, Case  # noqa: E402
+from bench_verify import Case, pick_cases  # noqa: E402
 from kdtree_mla import api  # noqa: E402
 
 KEYS = (
@@ -237,7 +237,13 @@ def clock_rate_ghz(traces, num_ctas) -> float:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="0,2,3,4,5", help="bench_verify.DEFAULT_CASES indices")
+    ap.add_argument(
+        "--cases", default="0,2,3,4,5", help="indices into bench_verify's case list (DEFAULT_CASES)"
+    )
+    ap.add_argument("--envelope", action="store_true", help="index bench_verify.ENVELOPE_CASES")
+    ap.add_argument(
+        "--shape", action="append", default=[], help="trace this shape (B,H,D,PREFIX; repeatable)"
+    )
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--json", default=None)
@@ -266,8 +272,10 @@ def main():
             pass
 
     results = []
-    for ci in (int(x) for x in args.cases.split(",")):
-        b, h, d, prefix, *flags = DEFAULT_CASES[ci]
+    cases = pick_cases(args)
+    picked = range(len(cases)) if args.shape else [int(x) for x in args.cases.split(",")]
+    for ci in picked:
+        b, h, d, prefix, *flags = cases[ci]
         case = Case(b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags)
         n = min(case.n_layers, args.layers)
         wss, bufs = [], []
