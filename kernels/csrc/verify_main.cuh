@@ -100,6 +100,16 @@ __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch
          n >= T::kTicketMinParts;
 }
 
+// Rows of a piece's Q tile that are copied: the request's rows from row0, at most a tile.
+// The tile's other rows keep whatever the stage held (possibly not finite): their logits are
+// set to -inf before any use, so their P and O are 0 and no other row reads them. Filling them
+// with copies of one row instead made every CTA read that row up to 25 times at kernel start
+// (B=1 D=1: 24 of 32 rows), and those reads of the same lines by every CTA took the first Q tile
+// ~8 us to land (session 19).
+__device__ __forceinline__ int q_tile_rows(const Request& req, int row0) {
+  return min(req.rows - row0, T::kBlockM);
+}
+
 // kMode 2 and 4: benchmark diagnostics with wrong output; 8: timestamps (traits.h kVariants).
 // Trace points (row = CTA): 0 entry, 1 inputs visible, 12 schedule computed, 2 roles split;
 // load warp: 29 index pointers landed (load warp 0, when it works the schedule out), 30 its
@@ -337,8 +347,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     const int lw = warp - T::kMathWarps, row = lw * kLoadRows + (active ? lane : 0);
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
-    // Copies one element (32 rows; `src` is this lane's row) into the next stage.
-    auto put = [&](const __nv_bfloat16* src) {
+    // Copies one element (its first `rows` rows; `src` is this lane's row) into the next stage.
+    auto put = [&](const __nv_bfloat16* src, int rows) {
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
       const uint32_t full = smem_u32(&full_bar[stage]);
@@ -346,9 +356,9 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       if constexpr (!kCopy) {
         if (lw == 0 && lane == 0) mbar_arrive(full);
       } else {
-        if (lw == 0 && lane == 0) mbar_expect_tx(full, T::kBlockN * kRowBytes);
+        if (lw == 0 && lane == 0) mbar_expect_tx(full, rows * kRowBytes);
         __syncwarp();
-        if (active) bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
+        if (active && row < rows) bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
       }
       ++elem;
     };
@@ -373,9 +383,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       if (kTrace && lw == 0 && lane == 0 && elem == 0) trace_point<kTrace>(p, cta, 10);
       if (elem == 0) {
         ++elem;  // the math warps copy the first piece's Q tile (element 0)
-      } else {   // the Q tile: row r of the piece (rows past the request repeat row 0: finite, unused)
-        const int r = w.row0 + row < req.rows ? w.row0 + row : w.row0;
-        put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h);
+      } else {  // the Q tile: the piece's own rows only (q_tile_rows)
+        const int r = w.row0 + row;
+        put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h,
+            q_tile_rows(req, w.row0));
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
@@ -393,7 +404,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
-        put(row_src(blk));
+        put(row_src(blk), T::kBlockN);
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
       cp_async_wait<0>();
@@ -405,13 +416,14 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   // =============================== math warps ===============================
   // The first piece's Q tile (element 0, stage 0, still free) is copied by the math warps, 4
   // rows a warp, while the load warps fetch the first indices and go straight on to the KV
-  // blocks (row r of the piece; rows past the request repeat row 0: finite, unused).
+  // blocks (row r of the piece; its own rows only, q_tile_rows).
   static_assert(T::kBlockM == 4 * T::kMathWarps, "a math warp copies 4 Q rows");
   if constexpr (kCopy) {
-    if (tid == 0) mbar_expect_tx(smem_u32(&full_bar[0]), T::kBlockM * kRowBytes);
-    if (lane < 4) {
-      const int row = warp * 4 + lane;
-      const int r = w.row0 + row < w.req.rows ? w.row0 + row : w.row0;
+    const int q_rows = q_tile_rows(w.req, w.row0);
+    if (tid == 0) mbar_expect_tx(smem_u32(&full_bar[0]), q_rows * kRowBytes);
+    const int row = warp * 4 + lane;
+    if (lane < 4 && row < q_rows) {
+      const int r = w.row0 + row;
       bulk_copy_g2s(kv_base + row * T::kKvRowBytes,
                     qg + (w.req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h,
                     kRowBytes, smem_u32(&full_bar[0]));

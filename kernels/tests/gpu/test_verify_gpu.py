@@ -145,6 +145,28 @@ def test_uneven_draft_lengths_in_one_batch():
     check(inp, workspace(inp))
 
 
+@pytest.mark.parametrize(
+    "prefix,draft,heads,num_ctas",
+    [
+        ([5700], [1], 8, None),  # 8 of a tile's 32 rows
+        ([5700], [3], 8, None),  # 24
+        ([23000], [1], 16, None),  # 16
+        ([5700], [5], 8, 7),  # a full tile and one of 8 rows; CTAs spanning both (two pieces)
+        ([3000, 40, 9000], [1, 2, 3], 8, 5),  # later pieces' Q tiles, copied by the load warps
+    ],
+)
+def test_q_tile_rows_past_the_request_are_never_read(prefix, draft, heads, num_ctas):
+    """A piece's Q tile copies the request's rows only; the tile's other rows keep what the
+    stage held. A call over an all-NaN KV pool first leaves NaN in the stages of the SMs (shared
+    memory is not cleared between kernels), then calls whose tiles are partly filled must still
+    match fp64 with every output and LSE written."""
+    poison = make_inputs([9000], [4], 8, device="cuda", seed=fresh_seed())
+    poison.k_buffer.fill_(float("nan"))
+    run_kernel(poison, workspace(poison, num_ctas=num_ctas))
+    inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
+    check(inp, workspace(inp, num_ctas=num_ctas))
+
+
 # --- masks and index types ---------------------------------------------------------------------
 
 
