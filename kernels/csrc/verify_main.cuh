@@ -337,6 +337,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   const __nv_bfloat16* kbuf = static_cast<const __nv_bfloat16*>(p.k_buf);
   const __nv_bfloat16* kext = static_cast<const __nv_bfloat16*>(p.k_ext);
   const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
+  // Row r of request req's Q tile rows ((token, head) row r of its draft tokens).
+  auto q_row_src = [&](const Request& req, int r) {
+    return qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h;
+  };
   int elem = 0;  // running element count: stage elem % kStages, phase (elem / kStages) & 1
 
   if (warp >= T::kMathWarps) {
@@ -385,8 +389,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         ++elem;  // the math warps copy the first piece's Q tile (element 0)
       } else {  // the Q tile: the piece's own rows only (q_tile_rows)
         const int r = w.row0 + row;
-        put(qg + (req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h,
-            q_tile_rows(req, w.row0));
+        put(q_row_src(req, r), q_tile_rows(req, w.row0));
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
@@ -424,9 +427,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     const int row = warp * 4 + lane;
     if (lane < 4 && row < q_rows) {
       const int r = w.row0 + row;
-      bulk_copy_g2s(kv_base + row * T::kKvRowBytes,
-                    qg + (w.req.qo_begin + (r >> p.head_shift)) * p.q_stride_t + (r & (p.num_heads - 1)) * p.q_stride_h,
-                    kRowBytes, smem_u32(&full_bar[0]));
+      bulk_copy_g2s(kv_base + row * T::kKvRowBytes, q_row_src(w.req, r), kRowBytes, smem_u32(&full_bar[0]));
     }
   } else if (tid == 0) {
     mbar_arrive(smem_u32(&full_bar[0]));
