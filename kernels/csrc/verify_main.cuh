@@ -351,8 +351,11 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     const int lw = warp - T::kMathWarps, row = lw * kLoadRows + (active ? lane : 0);
     const bool idx64 = p.index64 & kKvIndices64;
     const uint32_t idx_base = smem_u32(idx_s);
-    // Copies one element (its first `rows` rows; `src` is this lane's row) into the next stage.
-    auto put = [&](const __nv_bfloat16* src, int rows) {
+    // Copies one element (its first `rows` rows; `src` is this lane's row) into the next stage;
+    // `stream`: KV rows, which the call reads from DRAM once (other M-tiles' CTAs may read them
+    // again soon after), copied with the evict-first L2 policy; the Q tile, which every CTA of
+    // the request reads, keeps the normal one.
+    auto put = [&](const __nv_bfloat16* src, int rows, bool stream) {
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
       const uint32_t full = smem_u32(&full_bar[stage]);
@@ -362,7 +365,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       } else {
         if (lw == 0 && lane == 0) mbar_expect_tx(full, rows * kRowBytes);
         __syncwarp();
-        if (active && row < rows) bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
+        if (active && row < rows) {
+          if (stream)
+            bulk_copy_g2s_hint(dst + row * T::kKvRowBytes, src, kRowBytes, full, l2_evict_first());
+          else
+            bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
+        }
       }
       ++elem;
     };
@@ -389,7 +397,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         ++elem;  // the math warps copy the first piece's Q tile (element 0)
       } else {  // the Q tile: the piece's own rows only (q_tile_rows)
         const int r = w.row0 + row;
-        put(q_row_src(req, r), q_tile_rows(req, w.row0));
+        put(q_row_src(req, r), q_tile_rows(req, w.row0), false);
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
@@ -407,7 +415,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
-        put(row_src(blk), T::kBlockN);
+        put(row_src(blk), T::kBlockN, true);
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
       cp_async_wait<0>();
