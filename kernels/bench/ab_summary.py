@@ -3,8 +3,8 @@ under each label, and the change of each label's median against the first label'
 
   python3 kernels/bench/ab_summary.py old=a1.json,a2.json new=b1.json,b2.json
 
-Files that do not exist are skipped (a pass cut short). The code-cold column is summarised too
-where the files have it (`--cold-code`). Used by scripts/device_diag.sh.
+Files that do not exist are skipped (a pass cut short). The code-cold and L2-cold columns are
+summarised too where the files have them (`--cold-code`, `--cold-l2`). Used by scripts/device_diag.sh.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ import os
 import statistics
 import sys
 
-COLUMNS = (("ours_graph_us", "warm"), ("ours_graph_cold_code_us", "cold"))
+COLUMNS = (
+    ("ours_graph_us", "warm"),
+    ("ours_graph_cold_code_us", "cold"),
+    ("ours_graph_cold_l2_us", "L2 cold"),
+)
 
 
 def main(argv: list[str]) -> int:

@@ -246,9 +246,24 @@ def graph_us(call, n_layers, reps):
 
 def evicted_graph_us(call, evict, n_layers, reps):
     """(graph us a layer of `evict` then `call`, graph us a layer of `evict` alone): their
-    difference is `call` with its code cold (bench/code_evict.py)."""
+    difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Flusher: L2
+    flushed)."""
     both = graph_us(lambda i: (evict(), call(i)), n_layers, reps)
     return both, graph_us(lambda i: evict(), n_layers, reps)
+
+
+class L2Flusher:
+    """Reads `mb` MB (torch's sum, the normal L2 policy) when called: put before each call, as
+    a model step's weight reads between two layers' attention calls do (tens of MB a layer),
+    so that the call finds none of its inputs, metadata or workspace in L2. Harsher than a
+    step for q and k_extend, which the kernels just before attention write."""
+
+    def __init__(self, mb: int):
+        self.buf = torch.ones(mb << 18, dtype=torch.float32, device="cuda")
+        self.out = torch.empty((), dtype=torch.float32, device="cuda")
+
+    def __call__(self):
+        torch.sum(self.buf, 0, out=self.out)
 
 
 def time_modes(call, n_layers, reps):
@@ -361,6 +376,14 @@ def main():
         help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
     )
     ap.add_argument(
+        "--cold-l2",
+        type=int,
+        default=0,
+        metavar="MB",
+        help="also time each call after a read of MB megabytes (L2 flushed of everything, as a "
+        "model step's weight reads leave it): graph(read + call) - graph(read)",
+    )
+    ap.add_argument(
         "--num-ctas",
         type=int,
         default=0,
@@ -412,6 +435,8 @@ def main():
         from code_evict import CodeEvictor
 
         evict = CodeEvictor(trigger=True)
+    flush = L2Flusher(args.cold_l2) if args.cold_l2 else None
+    res["cold_l2_mb"] = args.cold_l2
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     res["case_list"] = "shape" if args.shape else "envelope" if args.envelope else "default"
     for ci, (b, h, d, prefix, *flags) in enumerate(pick_cases(args)):
@@ -446,6 +471,9 @@ def main():
             # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
             both, alone = evicted_graph_us(case.ours, evict, case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
+        if flush is not None:
+            both, alone = evicted_graph_us(case.ours, flush, case.n_layers, args.reps)
+            row["ours_graph_cold_l2_us"] = both - alone
         if case.kv_bytes <= 200_000 * 1152:
             from kdtree_mla.ref import verify_attention_ref
 
@@ -529,7 +557,7 @@ def main():
     print(
         "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
         "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us | "
-        "host us, 200 us spin first | host us a call, back to back |"
+        "host us, 200 us spin first | host us a call, back to back | ours graph, L2 cold us |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
@@ -542,7 +570,8 @@ def main():
             f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
             f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} | "
             f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} | "
-            f"{r.get('host_after_spin_us', float('nan')):.1f} | {r.get('host_burst_us', float('nan')):.1f} |"
+            f"{r.get('host_after_spin_us', float('nan')):.1f} | {r.get('host_burst_us', float('nan')):.1f} | "
+            f"{r.get('ours_graph_cold_l2_us', float('nan')):.1f} |"
         )
     if variant_keys:
         print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")
