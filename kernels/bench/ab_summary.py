@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
             with open(path) as f:
                 res = json.load(f)
             for c in res["cases"]:
-                key = f"B{c['B']} H{c['H']} {c['prefix']} {c['pages']}"
+                key = f"B{c['B']} H{c['H']} D{c.get('D', '?')} {c['prefix']} {c['pages']}"
                 for col, name in COLUMNS:
                     if isinstance(c.get(col), (int, float)):
                         rows.setdefault((key, name), {}).setdefault(label, []).append(c[col])
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
             if label != ref and xs and by.get(ref):
                 part += f" ({statistics.median(xs) - statistics.median(by[ref]):+.2f})"
             parts.append(part)
-        print(f"{key:26s} {name}  " + "  ".join(parts))
+        print(f"{key:30s} {name}  " + "  ".join(parts))
     return 0
 
 
