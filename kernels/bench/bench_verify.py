@@ -244,12 +244,13 @@ def graph_us(call, n_layers, reps):
     return t
 
 
-def evicted_graph_us(call, evict, n_layers, reps):
+def evicted_graph_us(call, evict, n_layers, reps, per_layer=False):
     """(graph us a layer of `evict` then `call`, graph us a layer of `evict` alone): their
     difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Flusher: L2
     flushed)."""
-    both = graph_us(lambda i: (evict(), call(i)), n_layers, reps)
-    return both, graph_us(lambda i: evict(), n_layers, reps)
+    ev = evict if per_layer else (lambda i: evict())
+    both = graph_us(lambda i: (ev(i), call(i)), n_layers, reps)
+    return both, graph_us(ev, n_layers, reps)
 
 
 class L2Flusher:
@@ -264,6 +265,48 @@ class L2Flusher:
 
     def __call__(self):
         torch.sum(self.buf, 0, out=self.out)
+
+
+# What `--cold-l2-keep` reads back into L2 after the flush, by name: the per-step metadata that
+# every layer shares, the workspace's schedule and sync words, and the layer's q and k_extend
+# (which the kernels just before attention write in a model step).
+KEEP_PARTS = ("meta", "ws", "qk")
+
+
+def kept_tensors(case, parts, i):
+    out = []
+    if "meta" in parts:
+        m = case.meta
+        out += [m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask, m.mask_indptr]
+    if "ws" in parts:
+        out += [case.ws.sync, case.ws.sched, case.ws.tokinfo]
+    if "qk" in parts:
+        out += [case.layers[i].q, case.layers[i].k_extend]
+    return [t for t in out if t is not None]
+
+
+class L2Keeper:
+    """After an L2Flusher: reads the named parts of layer i's inputs back into L2 (a copy of
+    each into a scratch buffer), so graph(flush + keep + call) - graph(flush + keep) is the call
+    with only those parts in L2."""
+
+    def __init__(self, flush, case, parts):
+        self.flush, self.case, self.parts = flush, case, parts
+        n = max(
+            (
+                t.numel() * t.element_size()
+                for i in range(case.n_layers)
+                for t in kept_tensors(case, parts, i)
+            ),
+            default=1,
+        )
+        self.scratch = torch.empty(n, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, i):
+        self.flush()
+        for t in kept_tensors(self.case, self.parts, i):
+            b = t.reshape(-1).view(torch.uint8)
+            self.scratch[: b.numel()].copy_(b)
 
 
 def time_modes(call, n_layers, reps):
@@ -384,6 +427,13 @@ def main():
         "model step's weight reads leave it): graph(read + call) - graph(read)",
     )
     ap.add_argument(
+        "--cold-l2-keep",
+        default="",
+        help="with --cold-l2: read these parts back into L2 after the flush (comma-separated: "
+        + ", ".join(KEEP_PARTS)
+        + "), to tell what of the L2-cold cost they are",
+    )
+    ap.add_argument(
         "--num-ctas",
         type=int,
         default=0,
@@ -437,6 +487,11 @@ def main():
         evict = CodeEvictor(trigger=True)
     flush = L2Flusher(args.cold_l2) if args.cold_l2 else None
     res["cold_l2_mb"] = args.cold_l2
+    keep = [x for x in args.cold_l2_keep.split(",") if x]
+    bad = [x for x in keep if x not in KEEP_PARTS]
+    if bad or (keep and not args.cold_l2):
+        ap.error(f"--cold-l2-keep: {bad or keep} (needs --cold-l2; parts: {', '.join(KEEP_PARTS)})")
+    res["cold_l2_keep"] = keep
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     res["case_list"] = "shape" if args.shape else "envelope" if args.envelope else "default"
     for ci, (b, h, d, prefix, *flags) in enumerate(pick_cases(args)):
@@ -472,7 +527,14 @@ def main():
             both, alone = evicted_graph_us(case.ours, evict, case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
         if flush is not None:
-            both, alone = evicted_graph_us(case.ours, flush, case.n_layers, args.reps)
+            if keep:
+                ev = L2Keeper(flush, case, keep)
+                both, alone = evicted_graph_us(
+                    case.ours, ev, case.n_layers, args.reps, per_layer=True
+                )
+                ev = None
+            else:
+                both, alone = evicted_graph_us(case.ours, flush, case.n_layers, args.reps)
             row["ours_graph_cold_l2_us"] = both - alone
         if case.kv_bytes <= 200_000 * 1152:
             from kdtree_mla.ref import verify_attention_ref
