@@ -440,6 +440,12 @@ def main():
         help="grid size of the main kernel (VerifyWorkspace num_ctas); 0: the SM count",
     )
     args = ap.parse_args()
+    keep = [x for x in args.cold_l2_keep.split(",") if x]
+    bad = [x for x in keep if x not in KEEP_PARTS]
+    if bad:
+        ap.error(f"--cold-l2-keep: unknown part(s) {', '.join(bad)}; use {', '.join(KEEP_PARTS)}")
+    if keep and not args.cold_l2:
+        ap.error("--cold-l2-keep needs --cold-l2 MB (the read it keeps parts through)")
 
     props = torch.cuda.get_device_properties(0)
     res = {
@@ -487,10 +493,6 @@ def main():
         evict = CodeEvictor(trigger=True)
     flush = L2Flusher(args.cold_l2) if args.cold_l2 else None
     res["cold_l2_mb"] = args.cold_l2
-    keep = [x for x in args.cold_l2_keep.split(",") if x]
-    bad = [x for x in keep if x not in KEEP_PARTS]
-    if bad or (keep and not args.cold_l2):
-        ap.error(f"--cold-l2-keep: {bad or keep} (needs --cold-l2; parts: {', '.join(KEEP_PARTS)})")
     res["cold_l2_keep"] = keep
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     res["case_list"] = "shape" if args.shape else "envelope" if args.envelope else "default"
