@@ -408,7 +408,7 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
-// The same copy with an L2 eviction policy (`l2_evict_first`): for rows one CTA reads once.
+// The same copy with an L2 eviction policy (`l2_evict_first`): for rows a call streams once.
 __device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
                                                    uint64_t policy) {
   asm volatile(

@@ -10,7 +10,10 @@
 // same pieces from the same schedule, so they agree on every element's stage and phase. Each
 // row is one 1152-byte cp.async.bulk; load warp lw copies rows [lw * 32 / kLoaders, ...) of
 // every element, one row a lane; the pool indices of prefix tokens reach a shared ring by
-// cp.async kIdxAhead blocks earlier (each lane fetches its own row's).
+// cp.async kIdxAhead blocks earlier (each lane fetches its own row's). KV rows are copied with
+// an evict-first L2 policy, so that the call's stream does not push out what is read again
+// (session 20: B=1 91k -2.8 us back to back, batches of 64 and 256 requests 5-6% with L2
+// flushed; docs/kernel-history.md).
 // Why separate load warps: when every warp issued its share of 16-byte cp.async copies, the
 // math warps stalled behind their own copy instructions and loads and math did not overlap.
 // Why two: a bulk copy takes uniform operands, so a warp's 32 per-lane copies issue one at a
@@ -354,7 +357,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // Copies one element (its first `rows` rows; `src` is this lane's row) into the next stage;
     // `stream`: KV rows, which the call reads from DRAM once (other M-tiles' CTAs may read them
     // again soon after), copied with the evict-first L2 policy; the Q tile, which every CTA of
-    // the request reads, keeps the normal one.
+    // the request reads, keeps the normal one. (Evict-first KV was faster than the normal
+    // policy for requests of several M-tiles too: session 20, item 4.)
     auto put = [&](const __nv_bfloat16* src, int rows, bool stream) {
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
