@@ -244,13 +244,12 @@ def graph_us(call, n_layers, reps):
     return t
 
 
-def evicted_graph_us(call, evict, n_layers, reps, per_layer=False):
-    """(graph us a layer of `evict` then `call`, graph us a layer of `evict` alone): their
-    difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Flusher: L2
+def evicted_graph_us(call, evict, n_layers, reps):
+    """(graph us a layer of `evict(i)` then `call(i)`, graph us a layer of `evict(i)` alone):
+    their difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Keeper: L2
     flushed)."""
-    ev = evict if per_layer else (lambda i: evict())
-    both = graph_us(lambda i: (ev(i), call(i)), n_layers, reps)
-    return both, graph_us(ev, n_layers, reps)
+    both = graph_us(lambda i: (evict(i), call(i)), n_layers, reps)
+    return both, graph_us(evict, n_layers, reps)
 
 
 class L2Flusher:
@@ -286,9 +285,9 @@ def kept_tensors(case, parts, i):
 
 
 class L2Keeper:
-    """After an L2Flusher: reads the named parts of layer i's inputs back into L2 (a copy of
-    each into a scratch buffer), so graph(flush + keep + call) - graph(flush + keep) is the call
-    with only those parts in L2."""
+    """Layer i's L2 flush: the L2Flusher, then the named parts of layer i's inputs read back
+    into L2 (a copy of each into a scratch buffer; none when `parts` is empty), so
+    graph(flush + keep + call) - graph(flush + keep) is the call with only those parts in L2."""
 
     def __init__(self, flush, case, parts):
         self.flush, self.case, self.parts = flush, case, parts
@@ -526,17 +525,12 @@ def main():
         if evict is not None:
             # Code cold, as a model step's other kernels leave it: graph(evictor + ours) -
             # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
-            both, alone = evicted_graph_us(case.ours, evict, case.n_layers, args.reps)
+            both, alone = evicted_graph_us(case.ours, lambda i: evict(), case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
         if flush is not None:
-            if keep:
-                ev = L2Keeper(flush, case, keep)
-                both, alone = evicted_graph_us(
-                    case.ours, ev, case.n_layers, args.reps, per_layer=True
-                )
-                ev = None
-            else:
-                both, alone = evicted_graph_us(case.ours, flush, case.n_layers, args.reps)
+            both, alone = evicted_graph_us(
+                case.ours, L2Keeper(flush, case, keep), case.n_layers, args.reps
+            )
             row["ours_graph_cold_l2_us"] = both - alone
         if case.kv_bytes <= 200_000 * 1152:
             from kdtree_mla.ref import verify_attention_ref

@@ -158,7 +158,7 @@ def ours_warm_cold(cases, reps):
         for _ in (1, 2):  # two passes, alternating, against order effects
             t.setdefault("warm", []).append(graph_us(case.ours, n, reps))
             for name, ev in evictors.items():
-                both, alone = evicted_graph_us(case.ours, ev, n, reps)
+                both, alone = evicted_graph_us(case.ours, lambda i, ev=ev: ev(), n, reps)
                 t.setdefault(name + "_both", []).append(both)
                 t.setdefault(name + "_evict", []).append(alone)
         mean = {k: statistics.mean(v) for k, v in t.items()}
