@@ -244,12 +244,18 @@ def graph_us(call, n_layers, reps):
     return t
 
 
-def evicted_graph_us(call, evict, n_layers, reps):
+def evicted_graph_us(call, evict, n_layers, reps, after=None):
     """(graph us a layer of `evict(i)` then `call(i)`, graph us a layer of `evict(i)` alone):
     their difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Keeper: L2
-    flushed)."""
-    both = graph_us(lambda i: (evict(i), call(i)), n_layers, reps)
-    return both, graph_us(evict, n_layers, reps)
+    flushed). `after()`, if given, runs at the end of every layer in both graphs (l2_discard.py:
+    the call's partials dropped from L2 before the next flush)."""
+
+    def tail():
+        if after is not None:
+            after()
+
+    both = graph_us(lambda i: (evict(i), call(i), tail()), n_layers, reps)
+    return both, graph_us(lambda i: (evict(i), tail()), n_layers, reps)
 
 
 class L2Flusher:
@@ -433,6 +439,13 @@ def main():
         + "), to tell what of the L2-cold cost they are",
     )
     ap.add_argument(
+        "--cold-l2-discard",
+        action="store_true",
+        help="with --cold-l2: also time each call with every line of the workspace's partials "
+        "dropped from L2 after it (bench/l2_discard.py), so the flush after it writes none back: "
+        "graph(read + call + discard) - graph(read + discard)",
+    )
+    ap.add_argument(
         "--num-ctas",
         type=int,
         default=0,
@@ -445,6 +458,10 @@ def main():
         ap.error(f"--cold-l2-keep: unknown part(s) {', '.join(bad)}; use {', '.join(KEEP_PARTS)}")
     if keep and not args.cold_l2:
         ap.error("--cold-l2-keep needs --cold-l2 MB (the read it keeps parts through)")
+    if args.cold_l2_discard and not args.cold_l2:
+        ap.error(
+            "--cold-l2-discard needs --cold-l2 MB (the read that would write the partials back)"
+        )
 
     props = torch.cuda.get_device_properties(0)
     res = {
@@ -532,6 +549,14 @@ def main():
                 case.ours, L2Keeper(flush, case, keep), case.n_layers, args.reps
             )
             row["ours_graph_cold_l2_us"] = both - alone
+            if args.cold_l2_discard:
+                from l2_discard import L2Discard
+
+                drop = L2Discard([case.ws.partial_o, case.ws.partial_lse])
+                both, alone = evicted_graph_us(
+                    case.ours, L2Keeper(flush, case, keep), case.n_layers, args.reps, after=drop
+                )
+                row["ours_graph_cold_l2_discard_us"] = both - alone
         if case.kv_bytes <= 200_000 * 1152:
             from kdtree_mla.ref import verify_attention_ref
 
@@ -615,7 +640,8 @@ def main():
     print(
         "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
         "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us | "
-        "host us, 200 us spin first | host us a call, back to back | ours graph, L2 cold us |"
+        "host us, 200 us spin first | host us a call, back to back | ours graph, L2 cold us | "
+        "L2 cold, partials dropped after us |"
     )
     variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
     for r in res["cases"]:
@@ -629,7 +655,8 @@ def main():
             f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} | "
             f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} | "
             f"{r.get('host_after_spin_us', float('nan')):.1f} | {r.get('host_burst_us', float('nan')):.1f} | "
-            f"{r.get('ours_graph_cold_l2_us', float('nan')):.1f} |"
+            f"{r.get('ours_graph_cold_l2_us', float('nan')):.1f} | "
+            f"{r.get('ours_graph_cold_l2_discard_us', float('nan')):.1f} |"
         )
     if variant_keys:
         print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")

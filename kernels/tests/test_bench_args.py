@@ -25,3 +25,10 @@ def test_keep_without_the_flush_says_what_it_needs():
     assert r.returncode == 2
     assert "--cold-l2-keep needs --cold-l2 MB" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_discard_without_the_flush_says_what_it_needs():
+    r = run("--cold-l2-discard")
+    assert r.returncode == 2
+    assert "--cold-l2-discard needs --cold-l2 MB" in r.stderr
+    assert "Traceback" not in r.stderr
