@@ -187,8 +187,8 @@ __device__ __forceinline__ void merge_staged(const VerifyParams& p, int c0, int 
       if (pending[u] && (ld_shared_acquire(&seen[own[u] >> 5]) >> (own[u] & 31) & 1u)) {
         const int j = own[u], slot = part_slot(p.num_ctas, c0, j);
         fence_proxy_async_global();  // the acquire before the copy engine's reads
-        bulk_copy_g2s(smem_u32(stage) + j * pitch, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo, bytes,
-                      bar);
+        bulk_copy_g2s_hint(smem_u32(stage) + j * pitch, part + int64_t(slot) * T::kBlockM * T::kHeadDimV + e_lo,
+                           bytes, bar, l2_evict_last());  // kept in L2 for the next call (l2_evict_last)
         for (int i = 0; i < lse_n; i += 4)
           cp_async_cg16(smem_u32(lse_s + j * lse_n + i), p.part_lse + slot * T::kBlockM + a0 + i);
         pending[u] = false;
