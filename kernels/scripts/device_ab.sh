@@ -7,34 +7,39 @@
 # .old`, carried):
 #   TREES="old=.old/kernels new=kernels" PASSES=2 AB_ARGS="--cold-l2 128" \
 #     BENCH_CASES=0,2,3,4,5,7 bash kernels/scripts/device_ab.sh
+# A second batch of the same trees in the same command: AB_NAME=envelope (its own archive,
+# $OUT/envelope.tgz) SKIP_BUILD=1 (the trees are built and tested) AB_ARGS="--envelope ...".
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
-WORK=/tmp/kdtree_ab
+NAME=${AB_NAME:-ab}
+WORK=/tmp/kdtree_$NAME
 rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-pack() { tar czf "$FINAL/ab.tgz" -C "$WORK" . 2>/dev/null; }
+pack() { tar czf "$FINAL/$NAME.tgz" -C "$WORK" . 2>/dev/null; }
 t0=$(date +%s)
 read -r -a trees <<< "${TREES:?TREES=\"label=path ...\"}"
 labels=(); paths=()
 for t in "${trees[@]}"; do labels+=("${t%%=*}"); paths+=("$(cd "${t#*=}" && pwd)"); done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$WORK/env.log" 2>&1
-jobs=$(( 16 / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
-for i in "${!labels[@]}"; do
-  (cd "${paths[$i]}" && MAX_JOBS=$jobs timeout 420 python3 setup.py build_ext --inplace \
-     > "$WORK/build_${labels[$i]}.log" 2>&1; echo "build ${labels[$i]} rc=$?" >> "$WORK/build_${labels[$i]}.log") &
-done
-wait
-for i in "${!labels[@]}"; do
-  l=${labels[$i]}; tail -1 "$WORK/build_$l.log"
-  (cd "${paths[$i]}" && timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py \
-     > "$WORK/gpu_tests_$l.log" 2>&1; echo "gpu tests $l rc=$?: $(tail -1 "$WORK/gpu_tests_$l.log")")
-  (cd "${paths[$i]}" && timeout 120 python3 bench/output_digest.py > "$WORK/digest_$l.txt" 2>&1)
-done
-echo "built and tested at $(( $(date +%s) - t0 )) s"
-for i in "${!labels[@]}"; do
-  cmp -s "$WORK/digest_${labels[0]}.txt" "$WORK/digest_${labels[$i]}.txt" &&
-    echo "digest ${labels[$i]}: same as ${labels[0]}" || echo "digest ${labels[$i]}: DIFFERS from ${labels[0]}"
-done
+if [ -z "${SKIP_BUILD:-}" ]; then
+  jobs=$(( 16 / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+  for i in "${!labels[@]}"; do
+    (cd "${paths[$i]}" && MAX_JOBS=$jobs timeout 420 python3 setup.py build_ext --inplace \
+       > "$WORK/build_${labels[$i]}.log" 2>&1; echo "build ${labels[$i]} rc=$?" >> "$WORK/build_${labels[$i]}.log") &
+  done
+  wait
+  for i in "${!labels[@]}"; do
+    l=${labels[$i]}; tail -1 "$WORK/build_$l.log"
+    (cd "${paths[$i]}" && timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py \
+       > "$WORK/gpu_tests_$l.log" 2>&1; echo "gpu tests $l rc=$?: $(tail -1 "$WORK/gpu_tests_$l.log")")
+    (cd "${paths[$i]}" && timeout 120 python3 bench/output_digest.py > "$WORK/digest_$l.txt" 2>&1)
+  done
+  echo "built and tested at $(( $(date +%s) - t0 )) s"
+  for i in "${!labels[@]}"; do
+    cmp -s "$WORK/digest_${labels[0]}.txt" "$WORK/digest_${labels[$i]}.txt" &&
+      echo "digest ${labels[$i]}: same as ${labels[0]}" || echo "digest ${labels[$i]}: DIFFERS from ${labels[0]}"
+  done
+fi
 pack
 n=${#labels[@]}
 for p in $(seq 1 "${PASSES:-2}"); do
