@@ -181,6 +181,10 @@ class VerifyWorkspace:
     it instead of working it out again (every layer of a model step after the first); the key
     is compared whole, so outputs never depend on it.
 
+    The fused merge reads the partials with an evict-last L2 policy: the partial buffers (at
+    most ``2 * num_ctas * 32 KB``) stay in L2 between calls instead of being written back to
+    DRAM when other kernels evict them, at the cost of that much L2 for the other kernels.
+
     One workspace serves one call at a time: calls on one stream (eager or in graphs) are
     fine; two calls in flight at once on different streams would share the partial buffers
     and the fused merge's flags (wrong output, or a merge that waits forever). The fused
