@@ -3,10 +3,11 @@
 A call leaves its partials (up to 2 x SMs x 32 KB in the workspace) dirty in L2. Back to back,
 the next call rewrites them there; in a model step the other kernels' reads evict them, and L2
 writes them back to DRAM, traffic that `--cold-l2` charges to the call (the flush after it
-pays the write-back). The kernel drops only the lines its merging CTAs read wholly
-(verify_merge.cuh). `L2Discard(t)()` drops every 128-byte line of `t` (`discard.global.L2`),
+pays the write-back). `L2Discard(t)()` drops every 128-byte line of `t` (`discard.global.L2`),
 so graph(flush + call + discard) - graph(flush + discard) is the call with none of its
-partials written back: the most the kernel's own discards can save.
+partials written back. Session 21 measured that write-back with it (1.1-1.9 us a B=1 call
+L2 cold); since then the merge reads the partials with an evict-last policy
+(verify_merge.cuh), which keeps them in L2, and the drop saves nothing more.
 """
 
 from __future__ import annotations

@@ -426,11 +426,13 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
   return policy;
 }
 // L2 policy that evicts these lines after any others (sm_80+): the partials, which every call
-// rewrites in place. Their merge reads them with it, and the lines it hits keep it, so they stay
-// in L2 until the next call rewrites them there. Without it, the reads of the kernels between
-// two calls of a model step (a 128 MB read in the bench's L2-cold column) evicted them dirty and
-// L2 wrote them back to DRAM: 2.9-4.2 MB a B = 1 call that nothing reads again, 0.9-1.7 us a call
-// L2 cold (session 21). At most two slots a CTA (8.4 MB on 132 SMs) are held this way.
+// rewrites in place. Their merge reads them with it, and the lines it hits keep it, so they
+// stay in L2 until the next call rewrites them there (measured: with it, dropping the partials
+// from L2 after the call, bench/l2_discard.py, saves nothing more). Without it, the reads of
+// the kernels between two calls of a model step (a 128 MB read in the bench's L2-cold column)
+// evicted them dirty and L2 wrote them back to DRAM: 2.9-4.2 MB a B = 1 call that nothing reads
+// again, 0.9-1.7 us a call L2 cold (session 21). At most two slots a CTA (8.4 MB on 132 SMs) are
+// held this way.
 __device__ __forceinline__ uint64_t l2_evict_last() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
