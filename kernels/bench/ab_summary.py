@@ -4,7 +4,8 @@ under each label, and the change of each label's median against the first label'
   python3 kernels/bench/ab_summary.py old=a1.json,a2.json new=b1.json,b2.json
 
 Files that do not exist are skipped (a pass cut short). The code-cold and L2-cold columns are
-summarised too where the files have them (`--cold-code`, `--cold-l2`, `--cold-l2-discard`). Used by scripts/device_diag.sh.
+summarised too where the files have them (`--cold-code`, `--cold-l2`, `--cold-l2-discard`).
+Used by scripts/device_diag.sh and scripts/device_ab.sh.
 """
 
 from __future__ import annotations

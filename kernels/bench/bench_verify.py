@@ -545,16 +545,15 @@ def main():
             both, alone = evicted_graph_us(case.ours, lambda i: evict(), case.n_layers, args.reps)
             row["ours_graph_cold_code_us"] = both - alone
         if flush is not None:
-            both, alone = evicted_graph_us(
-                case.ours, L2Keeper(flush, case, keep), case.n_layers, args.reps
-            )
+            keeper = L2Keeper(flush, case, keep)
+            both, alone = evicted_graph_us(case.ours, keeper, case.n_layers, args.reps)
             row["ours_graph_cold_l2_us"] = both - alone
             if args.cold_l2_discard:
                 from l2_discard import L2Discard
 
                 drop = L2Discard([case.ws.partial_o, case.ws.partial_lse])
                 both, alone = evicted_graph_us(
-                    case.ours, L2Keeper(flush, case, keep), case.n_layers, args.reps, after=drop
+                    case.ours, keeper, case.n_layers, args.reps, after=drop
                 )
                 row["ours_graph_cold_l2_discard_us"] = both - alone
         if case.kv_bytes <= 200_000 * 1152:

@@ -44,7 +44,7 @@ class L2Discard:
             if hi > lo:
                 self.ranges.append((lo, (hi - lo) // 128))
 
-    def __call__(self, i=None) -> None:
+    def __call__(self) -> None:
         cp = self.cp
         with torch_stream(cp):
             for lo, n in self.ranges:
