@@ -9,6 +9,9 @@
 #     BENCH_CASES=0,2,3,4,5,7 bash kernels/scripts/device_ab.sh
 # A second batch of the same trees in the same command: AB_NAME=envelope (its own archive,
 # $OUT/envelope.tgz) SKIP_BUILD=1 (the trees are built and tested) AB_ARGS="--envelope ...".
+# A label may run its tree under an environment, label=path%VAR=value[%VAR=value...], for a
+# runtime switch of a diagnostic build: every label of one path shares that path's one build,
+# so its labels differ by the switch alone, with the same machine code.
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 NAME=${AB_NAME:-ab}
@@ -18,21 +21,30 @@ export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 pack() { tar czf "$FINAL/$NAME.tgz" -C "$WORK" . 2>/dev/null; }
 t0=$(date +%s)
 read -r -a trees <<< "${TREES:?TREES=\"label=path ...\"}"
-labels=(); paths=()
-for t in "${trees[@]}"; do labels+=("${t%%=*}"); paths+=("$(cd "${t#*=}" && pwd)"); done
+labels=(); paths=(); envs=()
+for t in "${trees[@]}"; do
+  spec=${t#*=}; labels+=("${t%%=*}"); paths+=("$(cd "${spec%%\%*}" && pwd)")
+  e=""; [ "$spec" != "${spec%%\%*}" ] && e=${spec#*%}; envs+=("${e//%/ }")
+done
+# first_of PATH: the index of the first label on PATH (the label that builds it)
+first_of() { local i; for i in "${!paths[@]}"; do [ "${paths[$i]}" = "$1" ] && { echo "$i"; return; }; done; }
+# with_env I CMD...: runs CMD under label I's environment
+with_env() { local i=$1; shift; env ${envs[$i]} "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$WORK/env.log" 2>&1
 if [ -z "${SKIP_BUILD:-}" ]; then
-  jobs=$(( 16 / ${#trees[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+  builds=(); for i in "${!labels[@]}"; do [[ " ${builds[*]} " == *" ${paths[$i]} "* ]] || builds+=("${paths[$i]}"); done
+  jobs=$(( 16 / ${#builds[@]} )); [ "$jobs" -ge 1 ] || jobs=1
   for i in "${!labels[@]}"; do
+    [ "$i" = "$(first_of "${paths[$i]}")" ] || continue  # one build a path
     (cd "${paths[$i]}" && MAX_JOBS=$jobs timeout 420 python3 setup.py build_ext --inplace \
        > "$WORK/build_${labels[$i]}.log" 2>&1; echo "build ${labels[$i]} rc=$?" >> "$WORK/build_${labels[$i]}.log") &
   done
   wait
   for i in "${!labels[@]}"; do
-    l=${labels[$i]}; tail -1 "$WORK/build_$l.log"
-    (cd "${paths[$i]}" && timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py \
+    l=${labels[$i]}; [ -f "$WORK/build_$l.log" ] && tail -1 "$WORK/build_$l.log"
+    (cd "${paths[$i]}" && with_env "$i" timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_verify_gpu.py \
        > "$WORK/gpu_tests_$l.log" 2>&1; echo "gpu tests $l rc=$?: $(tail -1 "$WORK/gpu_tests_$l.log")")
-    (cd "${paths[$i]}" && timeout 120 python3 bench/output_digest.py > "$WORK/digest_$l.txt" 2>&1)
+    (cd "${paths[$i]}" && with_env "$i" timeout 120 python3 bench/output_digest.py > "$WORK/digest_$l.txt" 2>&1)
   done
   echo "built and tested at $(( $(date +%s) - t0 )) s"
   for i in "${!labels[@]}"; do
@@ -45,7 +57,7 @@ n=${#labels[@]}
 for p in $(seq 1 "${PASSES:-2}"); do
   for k in $(seq 0 $((n - 1))); do
     i=$(( (k + p - 1) % n )); l=${labels[$i]}
-    (cd "${paths[$i]}" && timeout 200 python3 bench/bench_verify.py --json "$WORK/${l}_bench$p.json" --no-triton \
+    (cd "${paths[$i]}" && with_env "$i" timeout 200 python3 bench/bench_verify.py --json "$WORK/${l}_bench$p.json" --no-triton \
        --no-sweep --reps ${AB_REPS:-30} --cases "${BENCH_CASES:-0,2,3,4,5,7}" ${AB_ARGS:-} > "$WORK/${l}_bench$p.log" 2>&1)
   done
   echo "pass $p at $(( $(date +%s) - t0 )) s"
