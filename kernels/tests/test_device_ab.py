@@ -47,6 +47,14 @@ def rig(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, str]]:
     return repo, env
 
 
+def _device_ab(repo: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def _runs(env: dict[str, str]) -> list[tuple[str, str, str]]:
     lines = pathlib.Path(env["LOG"]).read_text().splitlines()
     return [tuple(line.split("|", 2)) for line in lines]  # type: ignore[misc]
@@ -55,10 +63,7 @@ def _runs(env: dict[str, str]) -> list[tuple[str, str, str]]:
 def test_labels_of_one_path_share_its_build_and_keep_their_environments(rig) -> None:
     repo, env = rig
     env["TREES"] = "base=kernels off=other/kernels on=other/kernels%KDTREE_DIAG_FLAGS=4"
-    done = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=repo, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
+    done = _device_ab(repo, env)
     runs = _runs(env)
     builds = sorted(cwd for cwd, _, args in runs if args.startswith("setup.py build_ext"))
     assert builds == sorted([str(repo / "kernels"), str(repo / "other/kernels")])
@@ -80,10 +85,7 @@ def test_labels_of_one_path_share_its_build_and_keep_their_environments(rig) -> 
 def test_a_plain_tree_list_still_builds_every_tree(rig) -> None:
     repo, env = rig
     env["TREES"] = "old=other/kernels new=kernels"
-    done = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=repo, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
+    done = _device_ab(repo, env)
     builds = [cwd for cwd, _, args in _runs(env) if args.startswith("setup.py build_ext")]
     assert sorted(builds) == sorted([str(repo / "kernels"), str(repo / "other/kernels")])
     assert "build old rc=0" in done.stdout and "build new rc=0" in done.stdout
