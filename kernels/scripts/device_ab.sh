@@ -32,10 +32,10 @@ first_of() { local i; for i in "${!paths[@]}"; do [ "${paths[$i]}" = "$1" ] && {
 with_env() { local i=$1; shift; env ${envs[$i]} "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$WORK/env.log" 2>&1
 if [ -z "${SKIP_BUILD:-}" ]; then
-  builds=(); for i in "${!labels[@]}"; do [[ " ${builds[*]} " == *" ${paths[$i]} "* ]] || builds+=("${paths[$i]}"); done
-  jobs=$(( 16 / ${#builds[@]} )); [ "$jobs" -ge 1 ] || jobs=1
-  for i in "${!labels[@]}"; do
-    [ "$i" = "$(first_of "${paths[$i]}")" ] || continue  # one build a path
+  builders=()  # one build a path: the first label on it builds it
+  for i in "${!labels[@]}"; do [ "$i" = "$(first_of "${paths[$i]}")" ] && builders+=("$i"); done
+  jobs=$(( 16 / ${#builders[@]} )); [ "$jobs" -ge 1 ] || jobs=1
+  for i in "${builders[@]}"; do
     (cd "${paths[$i]}" && MAX_JOBS=$jobs timeout 420 python3 setup.py build_ext --inplace \
        > "$WORK/build_${labels[$i]}.log" 2>&1; echo "build ${labels[$i]} rc=$?" >> "$WORK/build_${labels[$i]}.log") &
   done
