@@ -23,7 +23,6 @@ used, so local processes and docker containers are watched the same way.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import re
 import socket
@@ -33,9 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kctl.errors import HealthFailed, KctlError
+from kctl.errors import HealthFailed, KctlError, ServerError
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, Runtime
+from kctl.sglang import SGLangClient, short
 
 #: log lines that end the wait at once: the server cannot recover from these
 FATAL_PATTERNS: tuple[str, ...] = (
@@ -124,7 +124,7 @@ class HealthReport:
         )
 
 
-class _NotYet(Exception):
+class _NotYet(KctlError):
     """An attempt did not pass; retried until the deadline."""
 
     def __init__(self, detail: str) -> None:
@@ -220,49 +220,25 @@ def _port_open(host: str, port: int, timeout_s: float) -> None:
         raise _NotYet(f"port {port} not open ({exc.strerror or exc})") from None
 
 
-def _http(
-    host: str, port: int, method: str, path: str, timeout_s: float, body: bytes | None = None
-) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+def _health_ok(client: SGLangClient, timeout_s: float) -> None:
     try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise _NotYet(f"{method} {path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        conn.close()
+        client.health(timeout_s)
+    except ServerError as exc:
+        raise _NotYet(exc.message) from None
 
 
-def _health_ok(host: str, port: int, timeout_s: float) -> None:
-    status, body = _http(host, port, "GET", "/health", timeout_s)
-    if status != 200:
-        text = body[:200].decode("utf-8", "replace").strip()
-        raise _NotYet(f"GET /health: HTTP {status}" + (f" {text}" if text else ""))
-
-
-def _generation_ok(host: str, port: int, timeout_s: float) -> None:
+def _generation_ok(client: SGLangClient, timeout_s: float) -> None:
     payload = {
         "input_ids": list(GENERATION_PROBE_IDS),
         "sampling_params": {"max_new_tokens": GENERATION_PROBE_TOKENS, "temperature": 0.0},
-        "stream": False,
     }
-    status, body = _http(host, port, "POST", "/generate", timeout_s, json.dumps(payload).encode())
-    text = body[:200].decode("utf-8", "replace").strip()
-    if status != 200:
-        raise _NotYet(f"POST /generate: HTTP {status} {text}")
     try:
-        obj = json.loads(body)
-    except ValueError:
-        raise _NotYet(f"POST /generate: not JSON: {text}") from None
-    if isinstance(obj, list):
-        obj = obj[0] if obj else {}
-    if not isinstance(obj, dict) or "error" in obj:
-        raise _NotYet(f"POST /generate: {text}")
+        obj = client.generate(payload, timeout_s)
+    except ServerError as exc:
+        raise _NotYet(exc.message) from None
     meta = obj.get("meta_info") or {}
     if not obj.get("output_ids") and not meta.get("completion_tokens"):
-        raise _NotYet(f"POST /generate: no tokens generated: {text}")
+        raise _NotYet(f"POST /generate: no tokens generated: {short(json.dumps(obj))}")
 
 
 def wait_healthy(
@@ -289,7 +265,7 @@ def wait_healthy(
     start = clock()
     deadline = start + spec.deadline_s
     poll = max(spec.poll_interval_s, 0.01)
-    probe_host = _probe_host(host)
+    client = SGLangClient(_probe_host(host), port)
     watch = _LogWatch(runtime, instance, spec.fatal_patterns, verify_kernel)
     restarts: list[int] = []  # the restart count seen first; a later increase is a crash
 
@@ -341,7 +317,7 @@ def wait_healthy(
 
         def wait(rs: RetryCallState) -> float:
             # backoff from poll/8 doubling to poll, never sleeping past the deadline
-            backoff = min(poll, poll / 8 * 2 ** (rs.attempt_number - 1))
+            backoff = min(poll, poll / 8 * 2.0 ** (rs.attempt_number - 1))
             return max(min(backoff, until - clock()), 0.0)
 
         retrying = Retrying(
@@ -381,11 +357,11 @@ def wait_healthy(
 
     phases: list[tuple[str, Callable[[float], None]]] = [
         ("process", process_up),
-        ("port", lambda t: _port_open(probe_host, port, t)),
-        ("health", lambda t: _health_ok(probe_host, port, t)),
+        ("port", lambda t: _port_open(client.host, port, t)),
+        ("health", lambda t: _health_ok(client, t)),
     ]
     if spec.require_generation:
-        phases.append(("generate", lambda t: _generation_ok(probe_host, port, t)))
+        phases.append(("generate", lambda t: _generation_ok(client, t)))
     timings = [run_phase(name, probe, deadline) for name, probe in phases]
     if verify_kernel == "kdtree":
         grace_end = min(deadline, clock() + KERNEL_LINE_GRACE_S)

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
-from kctl.controller.deploy import _with_note
 from kctl.controller.recover import serving_now
 from kctl.errors import PreconditionFailed
 
@@ -83,7 +82,9 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
             )
             verdict = judge(base_meas, meas, gate_profile.gate.policy, correctness)
             result.compared_with = base.name
-            result.table = _with_note(ctx, serving_profile, render_table(verdict))
+            note = ctx.backend.note(serving_profile)
+            table = render_table(verdict)
+            result.table = f"{note}\n{table}" if note else table
             result.verdict = verdict.to_dict()
         else:
             result.warnings.append(

@@ -8,7 +8,10 @@ store's serving pointer at it, and closes the interrupted transaction with a not
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
+
+from kctl.errors import DeploymentNotFound
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -49,12 +52,13 @@ def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) ->
         serving = serving_now(store, runtime)
         store.set_serving(serving[0].id if serving else None)
         now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
-        store.update_deployment(
-            txn_id,
-            status="interrupted",
-            exit_code=4,
-            reason=f"kctl was interrupted{where}; reconciled by {resolver}",
-        )
+        with contextlib.suppress(DeploymentNotFound):  # a stop records no deployment
+            store.update_deployment(
+                txn_id,
+                status="interrupted",
+                exit_code=4,
+                reason=f"kctl was interrupted{where}; reconciled by {resolver}",
+            )
         store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")
         notes.append(f"deployment {txn_id} was interrupted{where}; {now}")
     return notes

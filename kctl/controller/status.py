@@ -3,11 +3,10 @@ import docker, torch or jinja2 on the local runtime's path."""
 
 from __future__ import annotations
 
-import http.client
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kctl.errors import KctlError, UsageError
+from kctl.errors import KctlError, ServerBadStatus, ServerUnreachable, UsageError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -52,17 +51,16 @@ def _dep_summary(dep: Any) -> dict[str, Any]:
 
 
 def probe_health(host: str, port: int, timeout_s: float = 3.0) -> str:
-    """One GET /health, for display: 'healthy', 'unhealthy (503)' or 'unreachable (...)'."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    """One GET /health, for display: 'healthy', 'unhealthy (HTTP 503)' or 'unreachable (...)'."""
+    from kctl.sglang import SGLangClient
+
     try:
-        conn.request("GET", "/health")
-        resp = conn.getresponse()
-        resp.read()
-        return "healthy" if resp.status == 200 else f"unhealthy (HTTP {resp.status})"
-    except OSError as exc:
-        return f"unreachable ({exc.__class__.__name__})"
-    finally:
-        conn.close()
+        SGLangClient(host, port).health(timeout_s)
+    except ServerBadStatus as exc:
+        return f"unhealthy (HTTP {exc.status})"
+    except ServerUnreachable as exc:
+        return f"unreachable ({exc.cause.split(':')[0]})"
+    return "healthy"
 
 
 def status(ctx: Context) -> StatusReport:
@@ -124,8 +122,9 @@ def status(ctx: Context) -> StatusReport:
                 "timings": gate_dep.timings,
             }
             table = _table_from(data)
-            if table and ctx.simulate:
-                table = "SIMULATED (rates and timings at real-time scale)\n" + table
+            note = ctx.backend.note(None)
+            if table and note:
+                table = f"{note}\n{table}"
             report.last_gate_table = table
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))

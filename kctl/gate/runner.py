@@ -110,7 +110,9 @@ class _Sender:
         self.clock = clock
         self.t0 = clock()
 
-    def _report(self, phase: str, ctx: int | None, done: int, total: int, last: Sample | None):
+    def _report(
+        self, phase: str, ctx: int | None, done: int, total: int, last: Sample | None
+    ) -> None:
         if self.progress is not None:
             self.progress(GateProgress(phase, ctx, done, total, self.clock() - self.t0, last))
 

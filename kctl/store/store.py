@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kctl.errors import StoreError, UsageError
+from kctl.errors import DeploymentNotFound, StoreError
 from kctl.store import connection, schema
 from kctl.store.journal import JournalMixin
 from kctl.store.records import (
@@ -254,7 +254,7 @@ class Store(JournalMixin, ResultsMixin):
             return self.get_deployment(current.id)
 
     def get_deployment(self, deployment_id: str) -> Deployment:
-        """The deployment with this id, or with this unique id prefix. Raises UsageError
+        """The deployment with this id, or with this unique id prefix. Raises DeploymentNotFound
         naming the id when there is none."""
         row = self._conn.execute(
             "SELECT * FROM deployments WHERE id = ?", (deployment_id,)
@@ -266,12 +266,10 @@ class Store(JournalMixin, ResultsMixin):
                 (escaped + "%",),
             ).fetchall()
             if len(rows) > 1:
-                raise UsageError(
-                    f"deployment id {deployment_id!r} is ambiguous; see `kctl history`"
-                )
+                raise DeploymentNotFound(deployment_id, ambiguous=True)
             row = rows[0] if rows else None
         if row is None:
-            raise UsageError(f"no deployment {deployment_id}; see `kctl history`")
+            raise DeploymentNotFound(deployment_id)
         return deployment_from_row(row)
 
     def list_deployments(

@@ -11,8 +11,8 @@ import pytest
 
 from kctl.cli import main
 from kctl.controller.common import _rebuild
-from kctl.controller.signals import InterruptGuard, RevertAborted
-from kctl.errors import Interrupted
+from kctl.controller.signals import InterruptGuard
+from kctl.errors import Interrupted, RevertAborted
 from kctl.profile import load_profile
 from kctl.profile.model import Profile
 from kctl.render import JSON_SCHEMA, envelope, history_text
