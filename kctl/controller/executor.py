@@ -37,7 +37,7 @@ from kctl.controller.steps import (
     StopServing,
     WaitHealthy,
 )
-from kctl.errors import GateError, GateRejected, HealthFailed, Interrupted
+from kctl.errors import GateError, GateRejected, HealthFailed, Interrupted, KctlError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -104,8 +104,11 @@ class RunState:
     warnings: list[str] = field(default_factory=list)
 
 
-class RevertFailed(Exception):
-    """Internal: the revert of a failed plan failed too (``cause`` is why)."""
+class RevertFailed(KctlError):
+    """Internal: the revert of a failed plan failed too (``cause`` is why); the deploy
+    turns it into :class:`~kctl.errors.Degraded`."""
+
+    exit_code = 4
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))

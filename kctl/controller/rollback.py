@@ -12,7 +12,7 @@ from kctl.controller import common
 from kctl.controller.executor import Executor, RunState
 from kctl.controller.host import changing_host
 from kctl.controller.planner import plan_rollback
-from kctl.controller.recover import serving_now
+from kctl.controller.recover import adopt, serving_now
 from kctl.errors import Degraded, Interrupted, PreconditionFailed, RevertAborted
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ def _restore(
     serving = serving_now(store, runtime)
     if serving is not None and serving[0].id == target.id:
         common.wait_healthy(ctx, runtime, serving[1], profile)
+        adopt(store, serving)
+        store.set_serving(target.id)
         return RollbackResult(
             target.id,
             target.id,

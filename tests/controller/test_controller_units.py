@@ -214,3 +214,40 @@ def test_top_level_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str])
     for code in ("0 ok or promoted", "2 invalid input", "3 candidate rejected", "4 DEGRADED",
                  "5 a precondition failed", "130 interrupted", "1 internal error"):  # fmt: skip
         assert code in text
+
+
+def test_a_revert_tolerates_the_signals_it_was_told_to() -> None:
+    deferred: list[str] = []
+    guard = InterruptGuard(on_deferred=deferred.append)
+    with guard:
+        guard.begin_revert(tolerate=1)  # a revert a gate rejection started
+        signal.raise_signal(signal.SIGTERM)  # noted, the revert goes on
+        assert deferred == ["SIGTERM"]
+        with pytest.raises(RevertAborted) as second:
+            signal.raise_signal(signal.SIGINT)
+    assert second.value.signal_name == "SIGINT"
+    assert second.value.exit_code == 4
+
+
+def test_every_exception_kctl_defines_is_a_kctl_error() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import kctl
+    from kctl.errors import KctlError
+
+    outside = []
+    for info in pkgutil.walk_packages(kctl.__path__, "kctl."):
+        if info.name.startswith(("kctl.sim", "kctl.__main__")):
+            continue  # the simulator stands in for SGLang; it is not kctl's controller
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == info.name
+                and not issubclass(obj, KctlError)
+            ):
+                outside.append(f"{info.name}.{name}")
+    assert outside == []
