@@ -251,3 +251,46 @@ def test_every_exception_kctl_defines_is_a_kctl_error() -> None:
             ):
                 outside.append(f"{info.name}.{name}")
     assert outside == []
+
+
+def test_abort_is_recognised_by_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    import kctl.controller.status as status_module
+
+    def abort(ctx: object) -> None:
+        raise typer.Abort()
+
+    monkeypatch.setattr(status_module, "status", abort)
+    assert main(["--state-dir", str(tmp_path), "status"]) == 130
+    assert "kctl: aborted" in capsys.readouterr().err
+
+
+def test_a_rejected_deploy_prints_its_result_and_log_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import kctl.controller.deploy as deploy_module
+    from kctl.errors import CandidateRejected
+
+    result = {
+        "deployment_id": "d-1",
+        "profile": "cand",
+        "profile_hash": "0" * 64,
+        "outcome": "rejected",
+        "reason": "health failed",
+        "serving": "d-0",
+    }
+
+    def reject(ctx: object, path: str, *, force: bool = False) -> None:
+        raise CandidateRejected("candidate cand rejected", result=result, log_tail="boom")
+
+    monkeypatch.setattr(deploy_module, "deploy", reject)
+    assert main(["--state-dir", str(tmp_path), "deploy", "x.yaml"]) == 3
+    out, err = capsys.readouterr()
+    assert "REJECTED: cand (d-1)" in out
+    assert "last log lines:\nboom" in err and "kctl: error: candidate cand rejected" in err
+    assert main(["--state-dir", str(tmp_path), "--json", "deploy", "x.yaml"]) == 3
+    envelope = json.loads(capsys.readouterr().out)
+    assert envelope["result"] == result and envelope["error"]["type"] == "CandidateRejected"

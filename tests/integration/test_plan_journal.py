@@ -16,10 +16,14 @@ pytestmark = pytest.mark.slow
 
 
 def planned(kctl: Kctl, profile: str) -> dict[str, Any]:
+    return dict(plan_result(kctl, profile)["plan"])
+
+
+def plan_result(kctl: Kctl, profile: str) -> dict[str, Any]:
     r = kctl.run("--json", "plan", profile)
     assert r.code == 0, r.out + r.err
-    plan: dict[str, Any] = r.json()["result"]["plan"]
-    return plan
+    result: dict[str, Any] = r.json()["result"]
+    return result
 
 
 def journal(kctl: Kctl, deployment_id: str) -> list[tuple[dict[str, Any], str]]:
@@ -41,7 +45,9 @@ def names(steps: list[dict[str, Any]]) -> list[str]:
 
 def test_promote_journals_the_planned_steps(kctl: Kctl) -> None:
     cand = kctl.write("cand.yaml", candidate_profile(kctl.port))
-    plan = planned(kctl, cand)
+    result = plan_result(kctl, cand)
+    assert result["gate"]["estimated_duration_s"] is None  # the baseline was never measured
+    plan = result["plan"]
     # nothing serves and nothing is measured: the baseline comes up first
     assert names(plan["steps"]) == [
         "start", "wait-healthy", "record-baseline", "measure", "stop-serving",
@@ -54,7 +60,12 @@ def test_promote_journals_the_planned_steps(kctl: Kctl) -> None:
     assert {state for _, state in done} == {"done"}
     # the next deploy of it reuses the stored measurement: a shorter plan, journalled as is
     again = kctl.write("cand2.yaml", candidate_profile(kctl.port, KCTL_SIM_SEED="7"))
-    plan = planned(kctl, again)
+    result = plan_result(kctl, again)
+    # the estimate now comes from the baseline's stored measurement, in wall seconds (the
+    # simulator compresses time 50x: a gate of a few seconds)
+    assert 0 < result["gate"]["estimated_duration_s"] < 60
+    assert "from the baseline's stored measurement" in kctl.run("plan", again).out
+    plan = result["plan"]
     assert names(plan["steps"]) == [
         "measure", "stop-serving", "start", "wait-healthy", "gate", "promote",
     ]  # fmt: skip
