@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
 from kctl.controller.recover import serving_now
+from kctl.controller.runstate import RunState, Timer
 from kctl.controller.signals import InterruptGuard
 from kctl.controller.steps import (
     ClearServing,
@@ -51,57 +51,6 @@ if TYPE_CHECKING:
 
 #: how long a server that no record describes gets to stop before it is killed
 DEFAULT_STOP_TIMEOUT_S = 60.0
-
-
-class Timer:
-    """Seconds per named phase, accumulated, and the total since it was made."""
-
-    def __init__(self, monotonic: Callable[[], float]) -> None:
-        self.monotonic = monotonic
-        self.start = monotonic()
-        self.marks: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def phase(self, name: str | None) -> Iterator[None]:
-        t0 = self.monotonic()
-        try:
-            yield
-        finally:
-            if name is not None:
-                spent = self.monotonic() - t0
-                self.marks[name] = round(self.marks.get(name, 0.0) + spent, 3)
-
-    def total(self) -> dict[str, float]:
-        return {**self.marks, "total": round(self.monotonic() - self.start, 3)}
-
-
-@dataclass
-class RunState:
-    """What a running plan knows; the executor's only mutable state."""
-
-    #: the deployment (or stop) id the journal transaction carries
-    txn_id: str
-    candidate: Profile | None = None
-    baseline: Profile | None = None
-    #: what served when the command began, and what serves now (both as observed)
-    original: tuple[Deployment, Instance] | None = None
-    serving: tuple[Deployment, Instance] | None = None
-    #: a rollback's target, fixed; a deploy's is resolved when its revert runs
-    target: tuple[Deployment, Profile] | None = None
-    images: dict[str, str | None] = field(default_factory=dict)
-    instances: dict[str, Instance] = field(default_factory=dict)
-    ids: dict[str, str] = field(default_factory=dict)
-    health: dict[str, Any] = field(default_factory=dict)
-    baseline_measurement: Any = None
-    measurement: Any = None
-    gate: dict[str, Any] | None = None
-    table: str | None = None
-    verdict: str | None = None
-    reason: str = ""
-    changed: bool = False
-    failed_step: Step | None = None
-    stopped: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
 
 
 class RevertFailed(KctlError):
@@ -192,7 +141,7 @@ class Executor:
             return st.target[1]
         if role == "serving" and st.serving is not None:
             return common.profile_of(st.serving[0])
-        raise GateError(f"internal: the plan names a {role} this command does not have")
+        raise KctlError(f"internal: the plan names a {role} this command does not have")
 
     def _image(self, profile: Profile) -> str | None:
         if profile.content_hash not in self.state.images:
@@ -266,7 +215,7 @@ class Executor:
             return known.id
         target = self._resolve_target()
         if target is None:
-            raise GateError("internal: nothing to restore")
+            raise KctlError("internal: the plan restores a deployment, but there is none")
         return target[0].id
 
     def _wait_healthy(self, step: WaitHealthy) -> None:

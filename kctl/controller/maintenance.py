@@ -65,9 +65,10 @@ def build(ctx: Context, profile_path: str) -> dict[str, Any]:
 def stop(ctx: Context, *, yes: bool) -> dict[str, Any]:
     """``kctl stop --yes``: take the service down (every server kctl runs here), journalled
     like any host change. The known-good record stays, so ``kctl rollback`` brings it back."""
-    from kctl.controller.executor import Executor, RunState
+    from kctl.controller.executor import Executor
     from kctl.controller.host import changing_host, new_txn_id
     from kctl.controller.planner import plan_stop
+    from kctl.controller.runstate import RunState
 
     if not yes:
         raise UsageError(

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
-from kctl.controller.executor import Executor, RunState
+from kctl.controller.executor import Executor
 from kctl.controller.host import changing_host
 from kctl.controller.planner import plan_rollback
 from kctl.controller.recover import adopt, serving_now
+from kctl.controller.runstate import RunState
 from kctl.errors import Degraded, Interrupted, PreconditionFailed, RevertAborted
 
 if TYPE_CHECKING:
