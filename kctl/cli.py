@@ -90,7 +90,6 @@ def _context() -> Any:
         state_root=Path(root).expanduser().resolve(),
         simulate=OPTS.simulate,
         reporter=CliReporter(quiet=OPTS.json),
-        repo_root=Path.cwd(),
     )
 
 
