@@ -371,7 +371,7 @@ def parse_args(argv=None):
         "--force-variant",
         type=int,
         default=0,
-        help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
+        help="run every case on this _C.VARIANTS index (e.g. _C.VARIANT_SMALL, sm_120's, on an H200); 0: the launcher's choice",
     )
     ap.add_argument(
         "--cold-l2",
