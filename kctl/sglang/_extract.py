@@ -157,9 +157,36 @@ def capture_parser(wheel: Path) -> tuple[argparse.ArgumentParser, StubFinder]:
     raise RuntimeError(f"{wheel.name}: prepare_server_args returned without parsing")
 
 
+def try_parse(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """None if the real parser accepts ``argv``, else the message it would exit with."""
+
+    def error(message: str) -> Any:
+        raise _Refused(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            parser.parse_args(argv)
+    except _Refused as refused:
+        return str(refused)
+    except SystemExit as ex:  # --help, --version
+        return f"exit {ex.code}"
+    return None
+
+
+class _Refused(Exception):
+    pass
+
+
 def main(argv: list[str]) -> int:
+    """``WHEEL``: the parser as JSON. ``WHEEL --parse ARGVS_JSON``: for each argv in the
+    JSON list, null if the real parser accepts it, else its error message."""
     wheel = Path(argv[0])
     parser, finder = capture_parser(wheel)
+    if argv[1:2] == ["--parse"]:
+        verdicts = [try_parse(parser, list(a)) for a in json.loads(argv[2])]
+        json.dump(verdicts, sys.stdout)
+        return 0
     out = describe_parser(parser)
     out["stubbed"] = sorted(finder.stubbed)
     out["degraded"] = dict(sorted(finder.failed.items()))

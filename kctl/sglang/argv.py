@@ -116,6 +116,7 @@ class _Walker:
         self.extra_choices = extra_choices
         self.others = others
         self.problems: list[Problem] = []
+        self.own_spelling: dict[str, str] = {}
 
     def add(self, flag: str, message: str, fix: str, kind: str, sev: Severity = "error") -> None:
         self.problems.append(Problem(flag, message, fix, kind, sev))
@@ -218,7 +219,9 @@ class _Walker:
         if opt.dest == "config":
             self._config(name)
             return
-        if extra and opt.dest in self.managed:
+        if not extra:
+            self.own_spelling.setdefault(opt.dest, found.matches[0])
+        elif opt.dest in self.managed:
             self._managed(found, name)
         if values:
             self._values(opt, name, values)
@@ -243,16 +246,16 @@ class _Walker:
     def _managed(self, found: _Resolved, name: str) -> None:
         opt = found.option
         assert opt is not None
-        main = canonical(self.release, opt.dest) or opt.options[0]
+        main = self.own_spelling.get(opt.dest) or canonical(self.release, opt.dest) or name
         if found.how == "abbreviation":
-            how = f"an abbreviation of {found.matches[0]}"
+            how = f" (an abbreviation of {found.matches[0]})"
         elif name != main:
-            how = f"an alias of {main}"
+            how = f" (an alias of {main})"
         else:
-            how = "the flag itself"
+            how = ""
         self.add(
             name,
-            f"{name} ({how}) sets {opt.dest}, which kctl manages; as an extra argument it "
+            f"{name}{how} sets {opt.dest}, which kctl manages; as an extra argument it "
             "would override kctl's value",
             self.managed.get(opt.dest)
             or f"remove {name} from extra_args; kctl renders {main} from the profile",
@@ -271,7 +274,7 @@ class _Walker:
                     name,
                     f"{name} expects {'an integer' if opt.type == 'int' else 'a number'} "
                     f"(got {value!r})",
-                    f"give {name} a {opt.type} value",
+                    f"give {name} {'an integer' if opt.type == 'int' else 'a number'}",
                     "value",
                 )
                 continue

@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,19 @@ def read_parser(wheel: Path) -> dict[str, Any]:
     )
     parsed: dict[str, Any] = json.loads(done.stdout)
     return parsed
+
+
+def real_verdicts(wheel: Path, argvs: Sequence[Sequence[str]]) -> list[str | None]:
+    """For each argv: None if the wheel's real parser accepts it, else its error message."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kctl.sglang._extract", str(wheel), "--parse", json.dumps(argvs)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=_child_env(),
+    )
+    verdicts: list[str | None] = json.loads(done.stdout)
+    return verdicts
 
 
 def describe_release(version: str, wheel: Path) -> dict[str, Any]:
