@@ -179,17 +179,16 @@ class _Refused(Exception):
 
 
 def main(argv: list[str]) -> int:
-    """``WHEEL``: the parser as JSON. ``WHEEL --parse ARGVS_JSON``: for each argv in the
-    JSON list, null if the real parser accepts it, else its error message."""
+    """``WHEEL [--parse ARGVS_JSON]``: the parser as JSON; with ``--parse``, also
+    ``verdicts``: for each argv in the JSON list, null if the real parser accepts it, else
+    the message it would exit with."""
     wheel = Path(argv[0])
     parser, finder = capture_parser(wheel)
-    if argv[1:2] == ["--parse"]:
-        verdicts = [try_parse(parser, list(a)) for a in json.loads(argv[2])]
-        json.dump(verdicts, sys.stdout)
-        return 0
     out = describe_parser(parser)
     out["stubbed"] = sorted(finder.stubbed)
     out["degraded"] = dict(sorted(finder.failed.items()))
+    if argv[1:2] == ["--parse"]:
+        out["verdicts"] = [try_parse(parser, list(a)) for a in json.loads(argv[2])]
     json.dump(out, sys.stdout, sort_keys=True)
     return 0
 

@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +96,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def read_parser(wheel: Path) -> dict[str, Any]:
-    """The wheel's ``ServerArgs`` parser, described by a child process."""
+def read_parser(wheel: Path, argvs: Sequence[Sequence[str]] = ()) -> dict[str, Any]:
+    """The wheel's ``ServerArgs`` parser, described by a child process; with ``argvs``,
+    also ``verdicts``: None where the real parser accepts an argv, else its message."""
+    parse = ["--parse", json.dumps(argvs)] if argvs else []
     done = subprocess.run(
-        [sys.executable, "-m", "kctl.sglang._extract", str(wheel)],
+        [sys.executable, "-m", "kctl.sglang._extract", str(wheel), *parse],
         check=True,
         capture_output=True,
         text=True,
@@ -109,22 +111,12 @@ def read_parser(wheel: Path) -> dict[str, Any]:
     return parsed
 
 
-def real_verdicts(wheel: Path, argvs: Sequence[Sequence[str]]) -> list[str | None]:
-    """For each argv: None if the wheel's real parser accepts it, else its error message."""
-    done = subprocess.run(
-        [sys.executable, "-m", "kctl.sglang._extract", str(wheel), "--parse", json.dumps(argvs)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=_child_env(),
-    )
-    verdicts: list[str | None] = json.loads(done.stdout)
-    return verdicts
-
-
-def describe_release(version: str, wheel: Path) -> dict[str, Any]:
-    """Everything the table records for one release; ``parser.actions`` still inline."""
-    parser = read_parser(wheel)
+def describe_release(
+    version: str, wheel: Path, parser: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything the table records for one release, ``parser.actions`` inline;
+    ``parser``: what :func:`read_parser` returned for the wheel, if already read."""
+    parser = read_parser(wheel) if parser is None else parser
     with zipfile.ZipFile(wheel) as zf:
         facts = _wheel.read_facts(zf)
     return {
@@ -165,6 +157,13 @@ def build_table(releases: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "options": options,
         "releases": out,
     }
+
+
+def expand(table: Mapping[str, Any], version: str) -> dict[str, Any]:
+    """One release of a table as :func:`describe_release` returns it (options inline)."""
+    rel = next(r for r in table["releases"] if r["version"] == version)
+    actions = [table["options"][i] for i in rel["parser"]["actions"]]
+    return {**rel, "parser": {**rel["parser"], "actions": actions}}
 
 
 def dumps(table: dict[str, Any]) -> str:
