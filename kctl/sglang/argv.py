@@ -44,6 +44,8 @@ class Problem:
     fix: str
     kind: str
     severity: Severity = "error"
+    #: position of the offending token in the argv given to :func:`check_argv`
+    index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,17 +119,20 @@ class _Walker:
         self.others = others
         self.problems: list[Problem] = []
         self.own_spelling: dict[str, str] = {}
+        self.at = 0
 
     def add(self, flag: str, message: str, fix: str, kind: str, sev: Severity = "error") -> None:
-        self.problems.append(Problem(flag, message, fix, kind, sev))
+        self.problems.append(Problem(flag, message, fix, kind, sev, self.at))
 
     def run(self) -> list[Problem]:
         i = 0
         while i < len(self.argv):
             token = self.argv[i]
+            self.at = i
             if token == "--":
-                for rest in self.argv[i + 1 :]:
-                    self._positional(rest)
+                for j in range(i + 1, len(self.argv)):
+                    self.at = j
+                    self._positional(self.argv[j])
                 break
             if not _looks_like_option(self.release, token):
                 self._positional(token)

@@ -195,3 +195,8 @@ def test_resolution_follows_argparse_abbreviation_rules() -> None:
     assert got.how == "abbreviation" and got.option is not None
     assert got.option.dest == "mem_fraction_static"
     assert resolve(rel, "--model").how == "exact"
+
+
+def test_problems_carry_the_index_of_their_token() -> None:
+    got = check_argv(release("0.5.23"), ["--log-level", "info", "--model", "/x", "--frob"], MANAGED)
+    assert [(p.kind, p.index) for p in got] == [("managed", 2), ("unknown", 4)]
