@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 #: Packages imported for real: the parser is built with them (``msgspec.Struct`` records
-#: carry the defaults and ``Annotated`` metadata that 0.5.11+ derive flags from).
+#: carry the defaults and ``Annotated`` metadata that 0.5.20 and later derive flags from).
 REAL_PACKAGES = frozenset({"msgspec"})
 
 
