@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -24,7 +25,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from kctl.sglang._stubs import StubFinder
+from kctl.sglang._stubs import REAL_PACKAGES, StubFinder
 
 _KINDS: dict[type[argparse.Action], str] = {
     argparse._StoreAction: "store",
@@ -127,8 +128,20 @@ def _unpack(wheel: Path, into: Path) -> None:
                 zf.extract(name, into)
 
 
+#: Modules that define flags or choices: one of them degraded means the table is wrong.
+FLAG_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups")
+
+
+def _refuse_degraded_flag_modules(finder: StubFinder) -> None:
+    bad = {m: e for m, e in finder.failed.items() if m.startswith(FLAG_MODULES)}
+    if bad:
+        raise RuntimeError(f"modules that define server flags failed to import: {bad}")
+
+
 def capture_parser(wheel: Path) -> tuple[argparse.ArgumentParser, StubFinder]:
     """The parser the wheel's ``prepare_server_args`` builds, and the stubbed packages."""
+    for name in sorted(REAL_PACKAGES):
+        importlib.import_module(name)  # missing: fail here, not as a degraded flag table
     with tempfile.TemporaryDirectory(prefix="kctl-sglang-") as tmp:
         root = Path(tmp)
         _unpack(wheel, root)
@@ -149,6 +162,7 @@ def capture_parser(wheel: Path) -> tuple[argparse.ArgumentParser, StubFinder]:
 
                 prepare_server_args(["--model-path", "kctl-probe"])
         except _Captured as got:
+            _refuse_degraded_flag_modules(finder)
             return got.parser, finder
         finally:
             argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]

@@ -9,16 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from kctl.sglang.releases import Option, Release
 
-_BUILTIN_KINDS = {
-    "store_true",
-    "store_false",
-    "store_const",
-    "append",
-    "append_const",
-    "count",
-    "help",
-    "version",
-}
+_BUILTIN_KINDS = {"store_true", "store_false", "store_const", "append", "append_const", "count"}
 _TYPES: dict[str | None, Callable[[str], Any] | None] = {
     "int": int,
     "float": float,
@@ -61,8 +52,9 @@ def _default(value: Any) -> Any:
 
 def _kwargs(opt: Option, extra: Sequence[str]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"dest": opt.dest, "default": _default(opt.default)}
-    if opt.kind == "help":
-        return {"action": "help", "help": argparse.SUPPRESS}
+    if opt.kind in ("help", "version"):
+        # a switch here: the rebuilt parser is a library's, it must not print and exit
+        return {"dest": opt.dest, "action": _Switch, "nargs": 0, "const": opt.kind}
     if opt.nargs == 0 and opt.kind not in _BUILTIN_KINDS:
         return {**kwargs, "action": _Switch, "nargs": 0, "const": opt.kind}
     if opt.kind in _BUILTIN_KINDS and opt.kind != "append":

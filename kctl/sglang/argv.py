@@ -14,7 +14,7 @@ would refuse or that would quietly override what kctl manages:
   abbreviation, the flag itself);
 - ``config``: ``--config FILE`` (or an abbreviation of it) anywhere: the file can set any
   argument, so it is always refused;
-- ``positional``: a stray value;
+- ``positional``: a stray value; ``exits``: ``--help``, which prints and exits;
 - ``deprecated`` (severity ``warning``): accepted today, with the replacement as the fix.
 
 Nothing is printed; the caller renders the problems.
@@ -223,6 +223,14 @@ class _Walker:
         assert opt is not None
         if opt.dest == "config":
             self._config(name)
+            return
+        if opt.kind in ("help", "version"):
+            self.add(
+                name,
+                f"{name} makes SGLang print its {opt.kind} and exit instead of serving",
+                "remove it",
+                "exits",
+            )
             return
         if not extra:
             self.own_spelling.setdefault(opt.dest, found.matches[0])

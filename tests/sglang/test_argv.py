@@ -200,3 +200,10 @@ def test_resolution_follows_argparse_abbreviation_rules() -> None:
 def test_problems_carry_the_index_of_their_token() -> None:
     got = check_argv(release("0.5.23"), ["--log-level", "info", "--model", "/x", "--frob"], MANAGED)
     assert [(p.kind, p.index) for p in got] == [("managed", 2), ("unknown", 4)]
+
+
+@pytest.mark.parametrize("token", ["--help", "-h", "--he"])
+def test_help_is_refused_and_never_exits(token: str) -> None:
+    p = only(check("0.5.23", [token]))
+    assert p.kind == "exits" and p.fix == "remove it"
+    assert release("0.5.23").parser().parse_args(["--model-path", "/m", token])
