@@ -15,6 +15,7 @@ speculative-decoding fields a response's ``meta_info`` carries.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import re
@@ -142,7 +143,11 @@ class Release:
     hooks: Hooks
     spec_metrics: tuple[str, ...]
     degraded_modules: tuple[str, ...]
-    _by_flag: Mapping[str, Option] = field(repr=False, compare=False, default_factory=dict)
+    #: "table": from the committed table; "image": the parser an image described itself
+    source: Literal["table", "image"] = "table"
+    _by_flag: Mapping[str, Option] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         index = {flag: opt for opt in self.options for flag in opt.options}
@@ -309,6 +314,50 @@ def known_versions() -> tuple[str, ...]:
 
 def newest() -> Release:
     return releases()[-1]
+
+
+#: hooks of a release kctl has no table for: none known (the kernel checks at startup)
+NO_HOOKS = Hooks(None, {}, (), None, (), False, (), False, None)
+
+
+def release_from_probe(text: str) -> Release:
+    """The release an image describes with :mod:`kctl.sglang.probe` (its JSON output).
+
+    The parser is the image's own. A version the table knows keeps the table's launcher,
+    hooks and metric names; a newer one gets the launcher the image reports and no hooks
+    or metric names (:data:`NO_HOOKS`). ``ValueError`` if ``text`` is not a probe's
+    output."""
+    try:
+        data = json.loads(text)
+        version, parser, launcher = data["version"], data["parser"], data["launcher"]
+        options = tuple(_option(a) for a in parser["actions"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not the output of kctl.sglang.probe: {exc}") from exc
+    settings = {
+        "allow_abbrev": parser["allow_abbrev"],
+        "prefix_chars": parser["prefix_chars"],
+        "fromfile_prefix_chars": parser["fromfile_prefix_chars"],
+    }
+    try:
+        known = release(version)
+    except UnknownRelease:
+        return Release(
+            version=version,
+            wheel="",
+            sha256="",
+            options=options,
+            launcher=Launcher(
+                tuple(launcher["argv"]),
+                launcher["serve_subcommand"],
+                launcher["launch_server_module"],
+            ),
+            hooks=NO_HOOKS,
+            spec_metrics=(),
+            degraded_modules=(),
+            source="image",
+            **settings,
+        )
+    return dataclasses.replace(known, options=options, source="image", **settings)
 
 
 def release(version: str) -> Release:
