@@ -25,6 +25,25 @@ from importlib import resources
 from typing import Any, Literal
 
 from kctl.errors import InvalidInput
+from kctl.sglang._rebuild import ParserError
+
+__all__ = [
+    "NO_HOOKS",
+    "Hooks",
+    "Launcher",
+    "Option",
+    "ParserError",
+    "Release",
+    "TritonMethod",
+    "UnknownRelease",
+    "known_versions",
+    "load_table",
+    "newest",
+    "release",
+    "release_from_probe",
+    "releases",
+    "version_key",
+]
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
 
