@@ -72,7 +72,7 @@ def check_header(path: Path) -> None:
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
+    name: str | None = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
     if name is not None:
         return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
     return not isinstance(exc, sqlite3.OperationalError)
