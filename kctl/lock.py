@@ -200,6 +200,8 @@ class DeployLock:
             fd = os.open(self.guard_path, os.O_RDONLY)
         except FileNotFoundError:
             return False
+        except OSError:
+            return True  # cannot tell: never call a holder dead on a guess
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -152,11 +152,14 @@ def status_text(report: dict[str, Any]) -> str:
         f"known-good: {known['id']}  profile {known['profile']}" if known else "known-good: none"
     )
     lock = report.get("lock")
-    if lock:
-        stale = " (STALE)" if lock.get("stale") else ""
+    if lock and lock.get("stale"):
         lines.append(
-            f"lock: held by pid {lock.get('pid')} on {lock.get('host')} "
-            f"for `{lock.get('command')}`{stale}"
+            f"lock: free; kctl pid {lock.get('pid')} died holding it (`{lock.get('command')}` "
+            f"since {lock.get('started_at')}), so that run did not finish"
+        )
+    elif lock:
+        lines.append(
+            f"lock: held by pid {lock.get('pid')} on {lock.get('host')} for `{lock.get('command')}`"
         )
     gate = report.get("last_gate")
     if gate:

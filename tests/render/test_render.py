@@ -99,3 +99,14 @@ def test_history_of_plain_rows() -> None:
         "restored",
     ]
     assert history_text([]) == "no deployments yet"
+
+
+def test_status_says_whether_the_lock_is_held_or_its_holder_died() -> None:
+    lock = {"pid": 42, "host": "h", "command": "kctl deploy x.yaml", "started_at": "t0"}
+    text = status_text(report(lock={**lock, "stale": False}))
+    assert "lock: held by pid 42 on h for `kctl deploy x.yaml`" in text.splitlines()
+    text = status_text(report(lock={**lock, "stale": True}))
+    assert (
+        "lock: free; kctl pid 42 died holding it (`kctl deploy x.yaml` since t0), "
+        "so that run did not finish"
+    ) in text.splitlines()
