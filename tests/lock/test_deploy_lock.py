@@ -424,3 +424,39 @@ def test_unwritable_state_dir_is_a_store_error(tmp_path: Path) -> None:
         lock.acquire("kctl deploy x.yaml"),
     ):
         pytest.fail("acquired in an unusable directory")
+
+
+def kctl(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kctl", "--state-dir", str(state_dir), *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+    )
+
+
+def test_the_cli_on_a_live_and_a_dead_holder(state_dir: Path, holders: list[Holder]) -> None:
+    holder = Holder(state_dir, "kctl deploy profiles/kdtree-eager.yaml", "d-20261129-102407-abcd")
+    holders.append(holder)
+    shown = json.loads(kctl(state_dir, "--json", "lock", "show").stdout)["result"]
+    assert (shown["pid"], shown["stale"]) == (holder.pid, False)
+    # the flock is the lock: not even --force takes it from a live kctl
+    for force in ([], ["--force"]):
+        run = kctl(state_dir, "lock", "release", *force)
+        assert run.returncode == 5, run.stdout + run.stderr
+        assert f"refusing to release a live deploy lock: pid {holder.pid}" in run.stderr
+        assert f"kill {holder.pid}" in run.stderr
+    holder.proc.kill()
+    holder.proc.wait()
+    shown = json.loads(kctl(state_dir, "--json", "lock", "show").stdout)["result"]
+    assert (shown["pid"], shown["stale"]) == (holder.pid, True)
+    status = kctl(state_dir, "status")
+    assert (
+        f"lock: free; kctl pid {holder.pid} died holding it "
+        "(`kctl deploy profiles/kdtree-eager.yaml` since "
+    ) in status.stdout
+    run = kctl(state_dir, "lock", "release")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith(f"lock released (was pid {holder.pid} on {HOST} running ")
+    assert kctl(state_dir, "lock", "show").stdout.strip() == "lock is free"
