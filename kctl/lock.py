@@ -135,7 +135,8 @@ class HeldLock:
     def set_deployment_id(self, deployment_id: str) -> HeldLock:
         """Record the deployment id once it is known (the lock is taken before the
         deployment is created); the holder file is replaced atomically."""
-        info = self.lock._rewrite(self.info, deployment_id)
+        info = replace(self.info, deployment_id=deployment_id)
+        self.lock._write_holder(info)  # only the flock's holder writes the file
         return replace(self, info=info)
 
 
@@ -332,11 +333,6 @@ class DeployLock:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise _unwritable(self.path, exc) from exc
-
-    def _rewrite(self, info: LockInfo, deployment_id: str) -> LockInfo:
-        new = replace(info, deployment_id=deployment_id)
-        self._write_holder(new)  # only the flock's holder writes the file
-        return new
 
     # -- releasing ------------------------------------------------------------------
 
