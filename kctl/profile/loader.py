@@ -24,8 +24,8 @@ from typing import Any
 
 from kctl.errors import ProfileError
 from kctl.profile.model import Profile
-from kctl.profile.serialize import content_hash
 from kctl.profile.reader import ReadError, read_profile_data
+from kctl.profile.serialize import content_hash
 from kctl.profile.validate import FieldPath, Problems, build_profile
 
 EXTENSION_PREFIX = "x-"

@@ -138,9 +138,7 @@ MemFraction = Annotated[
     float,
     Strict(),
     Field(gt=0, lt=1, allow_inf_nan=False),
-    says(
-        "must be a fraction between 0 and 1 (exclusive), e.g. 0.85, or null for SGLang's default"
-    ),
+    says("must be a fraction between 0 and 1 (exclusive), e.g. 0.85, or null for SGLang's default"),
 ]
 ExtraArg = Annotated[
     str,
@@ -167,9 +165,7 @@ ContextKey = Annotated[
     Field(ge=1),
     says("keys must be context lengths in tokens (positive integers)"),
 ]
-Ratio = Annotated[
-    float, Strict(), Field(gt=0, allow_inf_nan=False), says("must be a ratio > 0")
-]
+Ratio = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False), says("must be a ratio > 0")]
 Weight = Annotated[
     float,
     Strict(),
@@ -180,7 +176,9 @@ _ENV = TypeAdapter(dict[EnvName, EnvValue])
 _RATIOS = TypeAdapter(dict[ContextKey, Ratio])
 _WEIGHTS = TypeAdapter(dict[ContextKey, Weight])
 Env = Annotated[
-    tuple[tuple[str, str], ...], rules.pairs(_ENV, drop_null=True), rules.mapping_schema(_ENV)
+    tuple[tuple[str, str], ...],
+    rules.pairs(_ENV, drop_null=True),
+    rules.mapping_schema(_ENV, drop_null=True),
 ]
 RatioMap = Annotated[
     tuple[tuple[int, float], ...], rules.pairs(_RATIOS), rules.mapping_schema(_RATIOS)
@@ -195,7 +193,10 @@ ContainerPath = Annotated[
     str, Strict(), Field(pattern=r"^/"), says(CONTAINER_PATH), safe(CONTAINER_PATH)
 ]
 FatalPattern = Annotated[
-    str, Strict(), Field(min_length=1, pattern=r"\S"), says("must be a non-empty regular expression")
+    str,
+    Strict(),
+    Field(min_length=1, pattern=r"\S"),
+    says("must be a non-empty regular expression"),
 ]
 ShmSize = Annotated[
     str,

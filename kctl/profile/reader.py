@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from kctl.profile.validate import format_path
 
 #: a profile is a few KB; refuse anything larger before reading it
 MAX_BYTES = 1024 * 1024
@@ -32,7 +34,16 @@ class ReadError(Exception):
 
 
 class _Bound(ComposerError):
-    """The document exceeds a limit (not a syntax error)."""
+    """The document exceeds a limit (not a syntax error); ``path`` names where."""
+
+    def __init__(self, problem: str, mark: Any, path: tuple[Any, ...] = ()) -> None:
+        super().__init__(None, None, problem, mark)
+        self.path = path
+
+
+_FEWER = (
+    "a profile needs far fewer: write the values out, or share them between files with extends:"
+)
 
 
 class _Loader(yaml.SafeLoader):
@@ -44,68 +55,78 @@ class _Loader(yaml.SafeLoader):
         self._depth = 0
         self._composed = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._composed += 1
         self._depth += 1
         try:
-            if self._composed > MAX_NODES or self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise _Bound(None, None, _too_big(), mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            if self._composed > MAX_NODES:
+                raise _Bound(f"more than {MAX_NODES} values; {_FEWER}", self._mark())
+            if self._depth > MAX_DEPTH:
+                raise _Bound(f"nested deeper than {MAX_DEPTH} levels; {_FEWER}", self._mark())
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
+    def _mark(self) -> Any:
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]
+
     def compose_document(self) -> Node | None:
-        node: Node | None = super().compose_document()  # type: ignore[no-untyped-call]
+        node: Node | None = super().compose_document()
         if node is not None:
-            _Expansion().size(node, 1)
+            _Expansion().size(node, ())
         return node
-
-
-def _too_big() -> str:
-    return (
-        f"the document expands to more than {MAX_NODES} values or nests deeper than "
-        f"{MAX_DEPTH} levels (counting every use of an alias); a profile needs far fewer: "
-        "write the values out, or share them between files with extends:"
-    )
 
 
 class _Expansion:
     """Values a node stands for once every alias is expanded, memoised per node (aliases
-    share the node object), refused beyond the limits as soon as they are passed."""
+    share the node object), refused as soon as a limit is passed, naming the key."""
 
     def __init__(self) -> None:
         self.sizes: dict[int, int] = {}
         self.open: set[int] = set()
 
-    def size(self, node: Node, depth: int) -> int:
+    def size(self, node: Node, path: tuple[Any, ...]) -> int:
         key = id(node)
         if key in self.sizes:
             return self.sizes[key]
         if key in self.open:
-            raise _Bound(None, None, "an alias refers to the value that contains it", node.start_mark)
-        if depth > MAX_DEPTH:
-            raise _Bound(None, None, _too_big(), node.start_mark)
+            raise _Bound("an alias refers to the value that contains it", node.start_mark, path)
+        if len(path) > MAX_DEPTH:
+            raise _Bound(
+                f"aliases nest this value deeper than {MAX_DEPTH} levels; {_FEWER}",
+                node.start_mark,
+                path,
+            )
         self.open.add(key)
-        total = 1
-        if isinstance(node, SequenceNode):
-            for item in node.value:
-                total += self.size(item, depth + 1)
-        elif isinstance(node, MappingNode):
-            for k, v in node.value:
-                total += self.size(k, depth + 1) + self.size(v, depth + 1)
+        total = 1 + sum(self.size(child, (*path, at)) for at, child in _children(node))
         if total > MAX_NODES:
-            raise _Bound(None, None, _too_big(), node.start_mark)
+            raise _Bound(
+                f"aliases expand this value to more than {MAX_NODES} values; {_FEWER}",
+                node.start_mark,
+                path,
+            )
         self.open.discard(key)
         self.sizes[key] = total
         return total
+
+
+def _children(node: Node) -> list[tuple[Any, Node]]:
+    if isinstance(node, SequenceNode):
+        return list(enumerate(node.value))
+    if isinstance(node, MappingNode):
+        out: list[tuple[Any, Node]] = []
+        for k, v in node.value:
+            name = k.value if isinstance(k, ScalarNode) else "?"
+            out += [(name, k), (name, v)]
+        return out
+    return []
 
 
 def _construct_mapping(loader: _Loader, node: MappingNode, deep: bool = False) -> Any:
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         try:
             hashable = hash(key) is not None
         except TypeError:
@@ -169,8 +190,9 @@ def parse(text: str) -> Any:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except _Bound as exc:
         mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ReadError(f"{where}refused: {exc.problem}") from None
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        field = f"{format_path(exc.path)}: " if exc.path else ""
+        raise ReadError(f"{field}refused{where}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
@@ -183,8 +205,6 @@ def parse(text: str) -> Any:
         ) from None
     except yaml.YAMLError as exc:
         raise ReadError(f"invalid YAML: {exc}") from None
-    except RecursionError:  # pragma: no cover - MAX_DEPTH refuses such nesting first
-        raise ReadError(f"refused: {_too_big()}") from None
 
 
 def read_profile_data(path: str) -> Any:

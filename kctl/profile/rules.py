@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -247,10 +247,22 @@ def pairs(adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False) -> W
     return WrapValidator(wrap)
 
 
-def mapping_schema(adapter: TypeAdapter[dict[Any, Any]]) -> WithJsonSchema:
-    """How a pair field looks in a file: a JSON object."""
+def mapping_schema(
+    adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False
+) -> WithJsonSchema:
+    """How a pair field looks in a file: a JSON object (integer keys spelt as digits, as
+    JSON writes them; ``null`` values where they remove an inherited entry)."""
     schema = adapter.json_schema()
     schema.pop("title", None)
+    if "patternProperties" in schema:
+        schema["additionalProperties"] = False
+        values = schema["patternProperties"]
+    else:
+        schema["propertyNames"] = {"pattern": "^[1-9][0-9]*$"}
+        values = {"": schema["additionalProperties"]}
+    if drop_null:
+        for key, value in values.items():
+            values[key] = {"anyOf": [value, {"type": "null"}]}
     return WithJsonSchema(schema)
 
 
@@ -286,7 +298,10 @@ def report(title: str, found: list[Found]) -> None:
     if found:
         raise ValidationError.from_exception_data(
             title,
-            [InitErrorDetails(type=problem(msg), loc=loc, input=value) for loc, msg, value in found],
+            [
+                InitErrorDetails(type=problem(msg), loc=loc, input=value)
+                for loc, msg, value in found
+            ],
         )
 
 
