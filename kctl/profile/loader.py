@@ -140,6 +140,18 @@ def _resolve(
     return deep_merge(merged, data), declared
 
 
+def resolve_file(path: str | Path) -> dict[str, Any]:
+    """The mapping ``path`` stands for once its ``extends`` chain is merged (``x-`` keys
+    dropped, before validation): what the JSON Schema of ``kctl schema`` describes."""
+    display = str(path)
+    origins = _Origins(display)
+    problems = Problems(origins)
+    resolved = _resolve(display, problems, origins, [(os.path.realpath(display), display)])
+    if resolved is None:
+        raise ProfileError(problems.lines)
+    return resolved[0]
+
+
 def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ...] = ()) -> Profile:
     """Load, resolve and validate one profile; raise :class:`ProfileError` listing every
     problem. ``path`` is shown in messages exactly as given."""

@@ -52,20 +52,28 @@ class _Loader(yaml.SafeLoader):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self._depth = 0
+        self._path: list[Any] = []
         self._composed = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._composed += 1
-        self._depth += 1
+        if parent is not None:  # index: the key node in a mapping, the position in a list
+            self._path.append(index.value if isinstance(index, ScalarNode) else index)
         try:
             if self._composed > MAX_NODES:
-                raise _Bound(f"more than {MAX_NODES} values; {_FEWER}", self._mark())
-            if self._depth > MAX_DEPTH:
-                raise _Bound(f"nested deeper than {MAX_DEPTH} levels; {_FEWER}", self._mark())
+                raise _Bound(f"more than {MAX_NODES} values; {_FEWER}", self._mark(), self.at)
+            if len(self._path) > MAX_DEPTH:
+                raise _Bound(
+                    f"nested deeper than {MAX_DEPTH} levels; {_FEWER}", self._mark(), self.at
+                )
             return super().compose_node(parent, index)
         finally:
-            self._depth -= 1
+            if parent is not None:
+                self._path.pop()
+
+    @property
+    def at(self) -> tuple[Any, ...]:
+        return tuple(p if isinstance(p, (str, int)) else "?" for p in self._path)
 
     def _mark(self) -> Any:
         return self.peek_event().start_mark  # type: ignore[no-untyped-call]
@@ -199,8 +207,9 @@ def parse(text: str) -> Any:
         what = exc.problem or exc.context or "invalid YAML"
         raise ReadError(f"{where}: invalid YAML: {what}") from None
     except yaml.reader.ReaderError as exc:
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
         raise ReadError(
-            f"{_where(text, exc.position)}: invalid YAML: character {exc.character!r} is not "
+            f"{_where(text, exc.position)}: invalid YAML: character {char!r} is not "
             "allowed in YAML; remove it"
         ) from None
     except yaml.YAMLError as exc:
