@@ -96,9 +96,12 @@ REPO_PATH_PATTERN = r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$"
 # an address or host name to bind
 HOST_PATTERN = r"^[A-Za-z0-9_.:\[\]-]+$"
 
-#: what a shell would read as syntax; kctl starts the server without a shell, so such a
-#: value reaches SGLang or the process verbatim, which is never what its author meant
-_SHELL_SYNTAX = re.compile(r"[;&|`<>\n\r]|\$[({A-Za-z_]")
+# kctl starts the server without a shell (an argv list, an env mapping): shell syntax in
+# a value arrives verbatim, which is never what its author meant, and would be dangerous
+# wherever a later change let a shell see it. Expansion is refused in argv and env alike;
+# command separators in argv and paths only (an env value may be a URL with "&").
+_EXPANSION = re.compile(r"`|\$[({A-Za-z_]")
+_COMMAND = re.compile(r"[;&|\n\r]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -144,18 +147,28 @@ def _matches(pattern: str, message: str) -> Callable[[Any], str | None]:
     return lambda v: None if v is None or compiled.match(v) else message
 
 
-def shell_problem(value: str) -> str | None:
-    """Why ``value`` must not reach an argv or an environment, or None."""
+def _syntax(value: str, *patterns: re.Pattern[str]) -> str | None:
     if _CONTROL.search(value):
         return "contains a control character (such as NUL); remove it"
-    found = _SHELL_SYNTAX.search(value)
-    if found:
-        what = found.group(0).replace("\n", "a line break").replace("\r", "a line break")
-        return (
-            f"contains shell syntax ({what!r}); kctl starts the server without a shell, "
-            "so it would arrive verbatim: remove it (split arguments into list items)"
-        )
+    for pattern in patterns:
+        found = pattern.search(value)
+        if found:
+            what = "a line break" if found.group(0) in "\r\n" else repr(found.group(0))
+            return (
+                f"contains shell syntax ({what}); kctl starts the server without a shell, "
+                "so it would arrive verbatim: remove it (split arguments into list items)"
+            )
     return None
+
+
+def shell_problem(value: str) -> str | None:
+    """Why ``value`` (an argument or a path) must not reach an argv, or None."""
+    return _syntax(value, _COMMAND, _EXPANSION)
+
+
+def env_problem(value: str) -> str | None:
+    """Why ``value`` must not be an environment value, or None (nothing expands it)."""
+    return _syntax(value, _EXPANSION)
 
 
 def extra_arg_problem(arg: str) -> str | None:
@@ -187,8 +200,6 @@ def extra_arg_problem(arg: str) -> str | None:
 POSITIVE_INTEGER = "must be a positive integer"
 
 Bool = Annotated[bool, Strict(), says("must be true or false")]
-Int = Annotated[int, Strict(), says("must be an integer")]
-Float = Annotated[float, Strict(), Field(allow_inf_nan=False), says("must be a number")]
 Str = Annotated[str, Strict(), says("must be a string")]
 PosInt = Annotated[int, Strict(), Field(ge=1), says(POSITIVE_INTEGER)]
 NonNegInt = Annotated[int, Strict(), Field(ge=0), says("must be an integer >= 0")]
@@ -250,17 +261,16 @@ def pairs(adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False) -> W
 def mapping_schema(
     adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False
 ) -> WithJsonSchema:
-    """How a pair field looks in a file: a JSON object (integer keys spelt as digits, as
-    JSON writes them; ``null`` values where they remove an inherited entry)."""
+    """How a pair field looks in a file: a JSON object, integer keys spelt in digits as
+    JSON writes them, and ``null`` values where they remove an inherited entry."""
     schema = adapter.json_schema()
     schema.pop("title", None)
-    if "patternProperties" in schema:
+    if "patternProperties" in schema:  # keys with a pattern: nothing else
         schema["additionalProperties"] = False
-        values = schema["patternProperties"]
     else:
         schema["propertyNames"] = {"pattern": "^[1-9][0-9]*$"}
-        values = {"": schema["additionalProperties"]}
     if drop_null:
+        values = schema["patternProperties"]
         for key, value in values.items():
             values[key] = {"anyOf": [value, {"type": "null"}]}
     return WithJsonSchema(schema)

@@ -78,16 +78,16 @@ def _known(cls: Any, data: Any) -> Any:
         return data
     import typing
 
-    from kctl.profile.validate import _unwrap
+    from kctl.profile.validate import unwrap
 
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         if f.name in data:
-            tp = _unwrap(hints[f.name])
+            tp = unwrap(hints[f.name])
             value = data[f.name]
             if typing.get_origin(tp) is tuple and isinstance(value, list):
-                item = _unwrap(typing.get_args(tp)[0])
+                item = unwrap(typing.get_args(tp)[0])
                 value = [_known(item, v) for v in value]
             else:
                 value = _known(tp, value)

@@ -73,7 +73,7 @@ class Problems:
 # -- the model's shape, for wording structural errors --------------------------------------
 
 
-def _unwrap(tp: Any) -> Any:
+def unwrap(tp: Any) -> Any:
     """The spec class (or tuple of them) inside ``X | None`` / ``tuple[X, ...]``."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -88,14 +88,14 @@ def spec_at(path: FieldPath) -> type | None:
         if isinstance(part, int):
             if typing.get_origin(tp) is not tuple:
                 return None
-            tp = _unwrap(typing.get_args(tp)[0])
+            tp = unwrap(typing.get_args(tp)[0])
             continue
         if not (dataclasses.is_dataclass(tp) and isinstance(tp, type)):
             return None
         hints = typing.get_type_hints(tp)
         if part not in hints:
             return None
-        tp = _unwrap(hints[part])
+        tp = unwrap(hints[part])
     return tp if dataclasses.is_dataclass(tp) and isinstance(tp, type) else None
 
 
