@@ -172,10 +172,3 @@ def _rebuild(cls: Any, data: Any) -> Any:
     from kctl.profile.serialize import from_stored
 
     return from_stored(cls, data)
-
-
-def _coerce(tp: Any, value: Any) -> Any:
-    """One stored value read back as ``tp`` (the profile model validates it)."""
-    from pydantic import TypeAdapter
-
-    return None if value is None else TypeAdapter(tp).validate_python(value)

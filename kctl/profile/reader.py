@@ -154,10 +154,9 @@ def _construct_mapping(loader: _Loader, node: MappingNode, deep: bool = False) -
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _where(text: str | bytes, offset: int) -> str:
-    nl = "\n" if isinstance(text, str) else b"\n"
-    line = text.count(nl, 0, offset) + 1  # type: ignore[arg-type]
-    column = offset - (text.rfind(nl, 0, offset) + 1) + 1  # type: ignore[arg-type]
+def _where(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
     return f"line {line}, column {column}"
 
 
@@ -178,8 +177,9 @@ def read_text(path: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        before = raw[: exc.start].decode("utf-8")  # valid up to the bad byte
         raise ReadError(
-            f"{_where(raw, exc.start)}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+            f"{_where(before, len(before))}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
             "save the file as UTF-8"
         ) from None
     return text.removeprefix("\ufeff")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -95,6 +95,15 @@ def _known(cls: Any, data: Any) -> Any:
     return out
 
 
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: Any) -> TypeAdapter[Any]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
 def from_stored(cls: type[T], data: Any) -> T:
     """A profile (or one of its specs) from its stored form (``dataclasses.asdict`` through
     JSON, as ``Deployment.profile`` holds it): lists back to tuples, mappings back to
@@ -102,7 +111,7 @@ def from_stored(cls: type[T], data: Any) -> T:
     dropped. The types are checked, the file rules are not: a stored profile is what ran,
     not a new request to judge."""
     try:
-        return TypeAdapter(cls).validate_python(_known(cls, data))
+        return cast(T, _adapter(cls).validate_python(_known(cls, data)))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
