@@ -166,7 +166,7 @@ def profile_of(deployment: Any) -> Profile:
     return _rebuild(Profile, deployment.profile)
 
 
-def _rebuild(cls: Any, data: Any) -> Any:
+def _rebuild(cls: type[Profile], data: Any) -> Profile:
     """Inverse of ``dataclasses.asdict`` + JSON for the profile model: lists back to tuples,
     nested mappings back to their specs, defaults for fields added since it was stored."""
     from kctl.profile.serialize import from_stored
