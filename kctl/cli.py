@@ -237,6 +237,15 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
 
 
 @app.command()
+def schema() -> None:
+    """Print the JSON Schema of a profile file, for editors (with --json: in the envelope)."""
+    from kctl.profile.schema import profile_schema
+
+    result = profile_schema()
+    _emit("schema", result, json.dumps(result, indent=2))
+
+
+@app.command()
 def logs(
     deployment: str | None = typer.Argument(
         None, help="Deployment id (default: the one that serves now)."
