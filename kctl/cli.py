@@ -92,7 +92,6 @@ def _context() -> Any:
         state_dir=backend.state_dir(root),
         backend=backend,
         reporter=CliReporter(quiet=OPTS.json),
-        repo_root=Path.cwd(),
     )
 
 
@@ -247,6 +246,15 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
         for r in results
     )
     _emit("validate", results, text, exit_code=2 if problems else 0)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of a profile file, for editors (with --json: in the envelope)."""
+    from kctl.profile.schema import profile_schema
+
+    result = profile_schema()
+    _emit("schema", result, json.dumps(result, indent=2))
 
 
 @app.command()

@@ -23,7 +23,7 @@ Hierarchy (exit code in brackets)::
     ├── HealthFailed [1]                 internal to a deploy: the server never became healthy
     ├── GateError [1]                    internal to a deploy: the gate could not run
     ├── GateRejected [3]                 internal to a deploy: the verdict says do not promote
-    ├── ServerError [1]                  an SGLang server did not answer as asked (kctl.sglang)
+    ├── ServerError [1]                  an SGLang server did not answer as asked (kctl.sglang.client)
     │   ├── ServerUnreachable [1]        no connection, reset, or no answer in time
     │   │   └── ServerTimeout [1]
     │   ├── ServerBadStatus [1]          an HTTP status other than 200 (``status``, ``body``)

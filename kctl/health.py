@@ -35,7 +35,7 @@ from typing import Any
 from kctl.errors import HealthFailed, KctlError, ServerError
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, Runtime
-from kctl.sglang import SGLangClient, short
+from kctl.sglang.client import SGLangClient, short
 
 #: log lines that end the wait at once: the server cannot recover from these
 FATAL_PATTERNS: tuple[str, ...] = (

@@ -1,25 +1,26 @@
 """The deploy lock: at most one kctl changes the serving host at a time.
 
-The lock is the file ``<state_dir>/lock`` holding JSON about its holder (pid, host,
-process start time, command, deployment id, kctl version). It is created atomically and
-never seen half-written: the JSON is written and fsynced to a private temporary file,
-which is then hard-linked to ``lock``; ``link`` fails when ``lock`` exists, which gives
-the same exclusivity as ``O_CREAT | O_EXCL``.
+Two files in the state directory:
 
-A lock whose holder is gone is *stale*: same host, and the pid is not running (or is a
-zombie), or the pid now belongs to another process (its start time, read from
-``/proc/<pid>/stat``, differs from the one recorded). A stale lock is taken over
-automatically with a warning for the caller to print. A lock from another host is never
-broken automatically: kctl cannot see that host's processes.
+- ``lock.guard`` is the lock. Its holder keeps an exclusive ``flock`` on it for as long as
+  it runs, and the kernel drops that flock when the holder exits in any way (SIGKILL too).
+  Whether the lock is held is therefore never guessed from pids: a dead holder's lock is
+  simply free.
+- ``lock`` is the holder file: JSON about the holder (pid, host, command, start time,
+  deployment id, kctl version), written atomically once the flock is held and removed
+  when it is let go. It only serves the messages. Finding one while the flock is free
+  means the kctl that wrote it died holding the lock: the lock is taken all the same, with
+  a warning that the earlier run did not finish (``kctl status`` then shows what it left).
 
-Replacing a stale lock and releasing are serialised by ``flock`` on ``lock.guard`` (the
-kernel drops it if its holder dies), so two kctls that find the same stale lock cannot
-both take it, and a release never removes a lock that changed hands.
+A holder file from another host is never taken over (a state directory on a network
+filesystem may not carry that host's flock here), nor an unreadable one: both wait for
+``kctl lock release --force``. A live holder cannot be forced out at all: the lock is free
+the moment it exits.
 """
 
 from __future__ import annotations
 
-import errno
+import fcntl
 import json
 import os
 import secrets
@@ -32,13 +33,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
+
 from kctl import __version__
 from kctl.errors import LockHeld, StoreError
 
 LOCK_NAME = "lock"
 GUARD_NAME = "lock.guard"
-#: filesystems without hard links answer link() with one of these
-_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV}
+#: how long to keep trying a busy flock: ``inspect`` holds it shared for a moment
+BUSY_WAIT_S = 0.5
+#: how long to wait for a new holder to write its holder file, for the message
+HOLDER_WAIT_S = 2.0
 
 Clock = Callable[[], float]
 
@@ -59,55 +71,20 @@ def _iso_utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _optional(convert: Callable[[Any], Any], value: Any) -> Any:
-    return None if value is None else convert(value)
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks since boot) from /proc; None where
-    /proc is not available or the process is gone."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    # comm (field 2) may contain spaces and parentheses; it ends at the last ')'
-    fields = data.rsplit(b")", 1)[-1].split()
-    try:
-        return fields[0].decode(), int(fields[19])  # fields 3 (state) and 22 (starttime)
-    except (IndexError, ValueError):
-        return None
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux); None elsewhere."""
-    stat = _proc_stat(pid)
-    return None if stat is None else stat[1]
-
-
-def _why_dead(pid: int, recorded_start: int | None) -> str | None:
-    """Why a process of this host that held the lock is gone; None while it runs."""
-    if pid <= 0:
-        return f"pid {pid} is not a process"
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return f"pid {pid} is no longer running"
+        return False
     except PermissionError:
         pass  # it exists, owned by another user
-    stat = _proc_stat(pid)
-    if stat is not None:
-        state, start = stat
-        if state in ("Z", "X"):
-            return f"pid {pid} has exited"
-        if recorded_start is not None and start != recorded_start:
-            return f"pid {pid} is now a different process (its start time differs)"
-    return None
+    return pid > 0
 
 
 @dataclass(frozen=True)
 class LockInfo:
-    """Who holds the deploy lock, and whether it is stale. An unreadable lock file has
-    ``readable=False`` and only ``path`` and its modification time are real."""
+    """Who holds the deploy lock, and whether its holder died. An unreadable holder file
+    has ``readable=False`` and only ``path`` and its modification time are real."""
 
     path: str
     started_at: str
@@ -117,13 +94,9 @@ class LockInfo:
     command: str = "?"
     deployment_id: str | None = None
     kctl_version: str = "?"
-    #: /proc start time of ``pid`` when the lock was taken; None off Linux
-    pid_start: int | None = None
-    #: random per acquisition; tells this holder's lock from a later one
-    token: str = ""
     #: True when it was taken on this host
     local: bool = True
-    #: True when its holder is certainly gone (only ever for a local lock)
+    #: True when its holder died holding it (the flock is free; only for a local lock)
     stale: bool = False
     stale_reason: str | None = None
     readable: bool = True
@@ -144,6 +117,11 @@ class LockInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_file(self) -> bytes:
+        fields = ("pid", "host", "started_at", "started_ts", "command", "deployment_id")
+        data = {k: getattr(self, k) for k in (*fields, "kctl_version")}
+        return (json.dumps(data, indent=2) + "\n").encode()
+
 
 @dataclass(frozen=True)
 class HeldLock:
@@ -151,14 +129,24 @@ class HeldLock:
 
     lock: DeployLock
     info: LockInfo
-    #: set when a stale lock was taken over: the caller prints it
+    #: set when an earlier kctl died holding the lock: the caller prints it
     takeover_warning: str | None = None
 
     def set_deployment_id(self, deployment_id: str) -> HeldLock:
         """Record the deployment id once it is known (the lock is taken before the
-        deployment is created); the file is replaced atomically."""
-        info = self.lock._rewrite(self.info, deployment_id)
+        deployment is created); the holder file is replaced atomically."""
+        info = replace(self.info, deployment_id=deployment_id)
+        self.lock._write_holder(info)  # only the flock's holder writes the file
         return replace(self, info=info)
+
+
+def _takeover_warning(previous: LockInfo) -> str:
+    dep = f" (deployment {previous.deployment_id})" if previous.deployment_id else ""
+    return (
+        f"took over a stale deploy lock: {previous.stale_reason}; it was held by "
+        f"`{previous.command}`{dep} since {previous.started_at}. That kctl did not finish: "
+        "run `kctl status` to check for an interrupted deploy"
+    )
 
 
 class DeployLock:
@@ -173,6 +161,7 @@ class DeployLock:
     ) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / LOCK_NAME
+        self.guard_path = self.state_dir / GUARD_NAME
         self.clock = clock
         self.host = host or socket.gethostname()
         #: the takeover warning of the last acquire, if any
@@ -180,8 +169,9 @@ class DeployLock:
 
     # -- reading --------------------------------------------------------------------
 
-    def inspect(self) -> LockInfo | None:
-        """The current lock, None when free. Creates nothing."""
+    def _read_holder(self) -> LockInfo | None:
+        """The holder file as it is, None when there is none; not checked against the
+        flock."""
         try:
             raw = self.path.read_bytes()
             mtime = self.path.stat().st_mtime
@@ -198,40 +188,62 @@ class DeployLock:
                 pid=int(data["pid"]),
                 host=str(data["host"]),
                 command=str(data["command"]),
-                deployment_id=_optional(str, data.get("deployment_id")),
+                deployment_id=str(data["deployment_id"]) if data.get("deployment_id") else None,
                 kctl_version=str(data.get("kctl_version", "?")),
-                pid_start=_optional(int, data.get("pid_start")),
-                token=str(data["token"]),
             )
         except (ValueError, KeyError, TypeError):
             return LockInfo(str(self.path), _iso_utc(mtime), mtime, local=False, readable=False)
-        if info.host != self.host:
-            return replace(info, local=False)
-        why = _why_dead(info.pid, info.pid_start)
-        return replace(info, stale=why is not None, stale_reason=why)
+        return info if info.host == self.host else replace(info, local=False)
+
+    def _flock_is_held(self) -> bool:
+        """Whether some process holds the flock; takes it shared for an instant to see."""
+        try:
+            fd = os.open(self.guard_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: never call a holder dead on a guess
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the shared flock
+        return False
+
+    def inspect(self) -> LockInfo | None:
+        """The current holder, None when the lock is free. A holder file whose holder died
+        comes back with ``stale=True``. Creates nothing."""
+        info = self._read_holder()
+        if info is None or not info.local or self._flock_is_held():
+            return info
+        return _dead(info)
 
     # -- acquiring ------------------------------------------------------------------
 
     @contextmanager
     def acquire(self, command: str, deployment_id: str | None = None) -> Iterator[HeldLock]:
         """Hold the deploy lock for the ``with`` block; released when the block ends,
-        also by an exception or KeyboardInterrupt. ``command`` is the command line as the
-        user typed it (``kctl deploy profiles/x.yaml``). Raises :class:`LockHeld` when a
-        live kctl, another host's kctl, or an unreadable file holds it; takes over a stale
-        lock of this host and reports it in ``HeldLock.takeover_warning``."""
+        also by an exception or KeyboardInterrupt, and by the kernel when the process
+        dies. ``command`` is the command line as the user typed it (``kctl deploy
+        profiles/x.yaml``). Raises :class:`LockHeld` when another kctl holds it, or a
+        holder file of another host or an unreadable one is in the way; when an earlier
+        kctl died holding it, says so in ``HeldLock.takeover_warning``."""
+        fd = self._open_guard()
         try:
-            held = self._acquire(command, deployment_id)
-        except OSError as exc:
-            raise StoreError(
-                f"{self.path}: cannot write the deploy lock ({exc.strerror or exc})",
-                hint="pass a writable --state-dir, or fix the directory's permissions",
-            ) from exc
+            held = self._take(fd, command, deployment_id)
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             yield held
         finally:
-            self._release_token(held.info.token)
+            try:
+                self.path.unlink(missing_ok=True)  # no holder file ever outlives the flock
+            finally:
+                os.close(fd)  # closing drops the flock
 
-    def _acquire(self, command: str, deployment_id: str | None) -> HeldLock:
+    def _open_guard(self) -> int:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -239,52 +251,58 @@ class DeployLock:
                 f"{self.state_dir}: cannot create the state directory ({exc.strerror})",
                 hint="pass a writable --state-dir",
             ) from exc
+        try:
+            return os.open(self.guard_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _unwritable(self.guard_path, exc) from exc
+
+    def _take(self, fd: int, command: str, deployment_id: str | None) -> HeldLock:
         now = float(self.clock())
-        pid = os.getpid()
+        self.last_warning = None
+        if not _flock(fd, self.guard_path, BUSY_WAIT_S):
+            raise self._held_error(self._holder_of_busy_lock(), now)
+        previous = self._read_holder()
+        if previous is not None and not (previous.readable and previous.local):
+            raise self._held_error(previous, now)
         info = LockInfo(
             path=str(self.path),
-            pid=pid,
+            pid=os.getpid(),
             host=self.host,
             started_at=_iso_utc(now),
             started_ts=now,
             command=command,
             deployment_id=deployment_id,
             kctl_version=__version__,
-            pid_start=process_start_ticks(pid),
-            token=secrets.token_hex(8),
         )
-        self.last_warning = None
-        for _ in range(5):
-            if self._create(info):
-                return HeldLock(self, info)
-            existing = self.inspect()
-            if existing is None:
-                continue  # released between our attempt and the read
-            if not existing.stale:
-                raise self._held_error(existing, now)
-            with self._guard():
-                current = self.inspect()
-                # someone else may have replaced it since we looked
-                took = current is not None and current.token == existing.token and current.stale
-                if took:
-                    self.path.unlink(missing_ok=True)
-                    took = self._create(info)
-            if took:
-                warning = (
-                    f"took over a stale deploy lock: {existing.stale_reason}; it was held by "
-                    f"`{existing.command}`"
-                    + (f" (deployment {existing.deployment_id})" if existing.deployment_id else "")
-                    + f" since {existing.started_at}. That kctl did not finish: "
-                    "run `kctl status` to check for an interrupted deploy"
-                )
-                self.last_warning = warning
-                return HeldLock(self, info, takeover_warning=warning)
-        raise LockHeld(
-            f"could not take the deploy lock {self.path}: it kept changing hands",
-            hint="another kctl is starting at the same time; try again",
-        )
+        self._write_holder(info)
+        if previous is None:
+            return HeldLock(self, info)
+        self.last_warning = _takeover_warning(_dead(previous))
+        return HeldLock(self, info, takeover_warning=self.last_warning)
 
-    def _held_error(self, existing: LockInfo, now: float) -> LockHeld:
+    def _holder_of_busy_lock(self) -> LockInfo | None:
+        """The holder file of a held flock. A new holder writes it right after taking the
+        flock: until then it is missing or still the file of a holder that died."""
+
+        def settled(info: LockInfo | None) -> bool:
+            return info is not None and not (info.local and info.readable and not _alive(info.pid))
+
+        retrying = Retrying(
+            stop=stop_after_delay(HOLDER_WAIT_S),
+            wait=wait_fixed(0.01),
+            retry=retry_if_result(lambda info: not settled(info)),
+            retry_error_callback=_last_result,
+        )
+        holder: LockInfo | None = retrying(self._read_holder)
+        return holder
+
+    def _held_error(self, existing: LockInfo | None, now: float) -> LockHeld:
+        if existing is None:
+            return LockHeld(
+                f"the deploy lock {self.guard_path} is held by another kctl that is "
+                "just starting (it has not written its holder file yet)",
+                hint="wait for it to finish, then try again; `kctl lock show` names it",
+            )
         if not existing.readable:
             return LockHeld(
                 f"the deploy lock {self.path} is unreadable",
@@ -293,8 +311,8 @@ class DeployLock:
         message = f"the deploy lock is held by another kctl: {existing.describe(now)}"
         if existing.local:
             hint = (
-                "wait for it to finish, or if you are sure it is not running: "
-                "kctl lock release --force"
+                "wait for it to finish; the lock is free the moment that process exits "
+                f"(if it hangs: kill {existing.pid})"
             )
         else:
             hint = (
@@ -303,128 +321,92 @@ class DeployLock:
             )
         return LockHeld(message, hint=hint)
 
-    @staticmethod
-    def _write_new(path: Path, info: LockInfo) -> None:
-        """Create ``path`` exclusively with the whole JSON, fsynced; FileExistsError if
-        it exists."""
-        fields = ("pid", "host", "started_at", "started_ts", "command", "deployment_id")
-        data = {k: getattr(info, k) for k in (*fields, "kctl_version", "pid_start", "token")}
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write((json.dumps(data, indent=2) + "\n").encode())
-            f.flush()
-            os.fsync(f.fileno())
+    # -- the holder file ------------------------------------------------------------
 
-    def _write_temp(self, info: LockInfo) -> Path:
+    def _write_holder(self, info: LockInfo) -> None:
+        """Replace the holder file atomically: a reader sees the old or the new, whole. It
+        is not fsynced: it only serves messages, and no flock survives a power loss."""
         tmp = self.state_dir / f".lock.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        self._write_new(tmp, info)
-        return tmp
-
-    def _create(self, info: LockInfo) -> bool:
-        """Atomically create the lock file with complete content; False if it exists."""
-        tmp = self._write_temp(info)
         try:
-            os.link(tmp, self.path)
-        except FileExistsError:
-            return False
+            tmp.write_bytes(info.to_file())
+            os.replace(tmp, self.path)
         except OSError as exc:
-            if exc.errno not in _NO_LINK:
-                raise
-            return self._create_in_place(info)
-        finally:
             tmp.unlink(missing_ok=True)
-        self._sync_dir()
-        return True
-
-    def _create_in_place(self, info: LockInfo) -> bool:
-        # Without hard links: O_EXCL on the lock itself. A reader may briefly see it
-        # empty; it then reports it unreadable rather than breaking it.
-        try:
-            self._write_new(self.path, info)
-        except FileExistsError:
-            return False
-        self._sync_dir()
-        return True
-
-    def _rewrite(self, info: LockInfo, deployment_id: str) -> LockInfo:
-        new = replace(info, deployment_id=deployment_id)
-        with self._guard():
-            current = self.inspect()
-            if current is None or current.token != info.token:
-                raise LockHeld(
-                    f"the deploy lock {self.path} is no longer held by this kctl",
-                    hint="someone released it with --force; stop and check `kctl status`",
-                )
-            tmp = self._write_temp(new)
-            try:
-                os.replace(tmp, self.path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        self._sync_dir()
-        return new
-
-    def _sync_dir(self) -> None:
-        try:
-            fd = os.open(self.state_dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass  # some filesystems refuse fsync on a directory; the link itself is atomic
-        finally:
-            os.close(fd)
-
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no guard, the link/O_EXCL create still protects
-            yield
-            return
-        fd = os.open(self.state_dir / GUARD_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing drops the flock
+            raise _unwritable(self.path, exc) from exc
 
     # -- releasing ------------------------------------------------------------------
 
-    def _release_token(self, token: str) -> None:
-        with self._guard():
-            current = self.inspect()
-            if current is not None and current.token == token:
-                self.path.unlink(missing_ok=True)
-
     def release(self, force: bool = False) -> LockInfo | None:
-        """Remove the lock (``kctl lock release``) and return what it was; None when
-        there was none. Without ``force`` only a stale lock, or this process's own, is
-        removed: a live lock of this host, another host's lock (kctl cannot tell
-        whether it lives) and an unreadable one are refused with :class:`LockHeld`."""
+        """Remove the holder file (``kctl lock release``) and return what it said; None
+        when there was none. Removed without ``force``: the file of a holder that died,
+        or this process's own. With ``force`` also another host's file and an unreadable
+        one. A live holder's lock is refused with :class:`LockHeld` either way: its flock
+        is the lock, and it is free when that process exits."""
         info = self.inspect()
         if info is None:
             return None
+        if info.local and not info.stale and info.pid == os.getpid():
+            self.path.unlink(missing_ok=True)
+            return info
         now = float(self.clock())
-        own = info.local and info.pid == os.getpid()
-        if not force and not (info.stale or own):
-            if not info.readable:
-                why = f"the deploy lock {self.path} is unreadable"
-            elif info.local:
-                why = f"refusing to release a live deploy lock: {info.describe(now)}"
-            else:
-                why = f"refusing to release another host's deploy lock: {info.describe(now)}"
-            raise LockHeld(
-                why, hint="if you are sure no kctl is running: kctl lock release --force"
-            )
-        with self._guard():
-            current = self.inspect()
+        fd = self._open_guard()
+        try:
+            if not _flock(fd, self.guard_path, BUSY_WAIT_S):
+                live = self._read_holder() or info
+                raise LockHeld(
+                    f"refusing to release a live deploy lock: {live.describe(now)}",
+                    hint="the lock is free the moment that kctl exits; wait for it, or stop "
+                    f"it (kill {live.pid})",
+                )
+            current = self._read_holder()
             if current is None:
                 return None
-            if current.token != info.token:
-                raise LockHeld(
-                    f"the deploy lock {self.path} changed hands while releasing it",
-                    hint="inspect it again with `kctl lock show`",
-                )
+            if not (force or (current.local and current.readable)):
+                raise _refused(current, now)
             self.path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
         return info
+
+
+def _last_result(state: RetryCallState) -> Any:
+    return None if state.outcome is None else state.outcome.result()
+
+
+def _dead(info: LockInfo) -> LockInfo:
+    return replace(info, stale=True, stale_reason=f"pid {info.pid} exited without releasing it")
+
+
+def _refused(info: LockInfo, now: float) -> LockHeld:
+    if not info.readable:
+        why = f"the deploy lock {info.path} is unreadable"
+    else:
+        why = f"refusing to release another host's deploy lock: {info.describe(now)}"
+    return LockHeld(why, hint="if you are sure no kctl is running: kctl lock release --force")
+
+
+def _flock(fd: int, path: Path, wait_s: float) -> bool:
+    """Take the exclusive flock on ``fd``, trying for ``wait_s``; False when it stays busy."""
+    retrying = Retrying(
+        stop=stop_after_delay(wait_s),
+        wait=wait_fixed(0.01),
+        retry=retry_if_exception_type(BlockingIOError),
+        reraise=True,
+    )
+    try:
+        retrying(fcntl.flock, fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:  # e.g. ENOLCK: a filesystem without locks
+        raise StoreError(
+            f"{path}: cannot take the deploy lock ({exc.strerror or exc})",
+            hint="put the --state-dir on a local filesystem",
+        ) from exc
+    return True
+
+
+def _unwritable(path: Path, exc: OSError) -> StoreError:
+    return StoreError(
+        f"{path}: cannot write the deploy lock ({exc.strerror or exc})",
+        hint="pass a writable --state-dir, or fix the directory's permissions",
+    )

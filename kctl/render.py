@@ -1,15 +1,83 @@
 """Text rendering of command results (pure: values in, strings out) and the ``--json``
-envelope. The envelope is versioned; scripts should check ``schema``."""
+envelope. The envelope is versioned; scripts should check ``schema``.
+
+Tables are :class:`rich.table.Table` values built by :func:`table`. :func:`to_text` turns
+one into plain ASCII (no colour, no box-drawing characters: what piped output, logs, the
+``--json`` envelope and tests see). Printed through a ``rich.console.Console`` instead,
+the same table gets colour on a terminal, and none when ``NO_COLOR`` is set or the
+output is not a terminal (rich decides).
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from rich.box import Box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from kctl import __version__
 
 JSON_SCHEMA = "kctl.result/v1"
+
+#: the house table style: a dashed rule under the header, columns apart by spaces; ASCII
+#: only, so it reads the same in a terminal, a log file and a CI page
+RULED = Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+#: wide enough that no table is wrapped in text form
+TEXT_WIDTH = 400
+
+Justify = Literal["left", "right"]
+#: the style of a verdict or result word when printed in colour
+VERDICT_STYLES = {
+    "PASS": "green",
+    "FAIL": "bold red",
+    "INCONCLUSIVE": "yellow",
+    "UNCLEAR": "yellow",
+    "SKIPPED": "dim",
+    "info": "dim",
+}
+
+
+def table(*columns: tuple[str, Justify]) -> Table:
+    """An empty table with these ``(header, justify)`` columns in the house style."""
+    t = Table(box=RULED, show_edge=False, pad_edge=False, header_style="bold", highlight=False)
+    for header, justify in columns:
+        t.add_column(header, justify=justify, no_wrap=True)
+    return t
+
+
+def cell(value: object, style: str = "") -> Text:
+    """A table cell that shows ``value`` as it is (no rich markup read in it); None
+    shows as ``-``."""
+    return Text("-" if value is None else str(value), style=style)
+
+
+def verdict_cell(value: str | None) -> Text:
+    """A verdict word, coloured by its meaning when printed on a terminal."""
+    word = "-" if value is None else value
+    return cell(word, VERDICT_STYLES.get(word.split(" ")[0], ""))
+
+
+def to_text(renderable: RenderableType) -> str:
+    """Plain ASCII text of a table: no colour and no trailing spaces."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=TEXT_WIDTH,
+        color_system=None,
+        force_terminal=False,
+        no_color=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
 
 
 def _finite(value: Any) -> Any:
@@ -84,18 +152,21 @@ def status_text(report: dict[str, Any]) -> str:
         f"known-good: {known['id']}  profile {known['profile']}" if known else "known-good: none"
     )
     lock = report.get("lock")
-    if lock:
-        stale = " (STALE)" if lock.get("stale") else ""
+    if lock and lock.get("stale"):
         lines.append(
-            f"lock: held by pid {lock.get('pid')} on {lock.get('host')} "
-            f"for `{lock.get('command')}`{stale}"
+            f"lock: free; kctl pid {lock.get('pid')} died holding it (`{lock.get('command')}` "
+            f"since {lock.get('started_at')}), so that run did not finish"
+        )
+    elif lock:
+        lines.append(
+            f"lock: held by pid {lock.get('pid')} on {lock.get('host')} for `{lock.get('command')}`"
         )
     gate = report.get("last_gate")
     if gate:
+        reason = f": {gate['reason']}" if gate.get("reason") else ""
         lines += [
             "",
-            f"last gate: {gate['deployment']} ({gate['profile']}): "
-            f"{gate['verdict']} — {gate['reason']}",
+            f"last gate: {gate['deployment']} ({gate['profile']}): {gate['verdict'] or '-'}{reason}",
         ]
         if gate.get("timings"):
             lines.append(
@@ -108,14 +179,61 @@ def status_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def history_text(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "no deployments yet"
-    head = f"{'id':<28} {'kind':<9} {'profile':<20} {'status':<12} {'verdict':<13} started"
-    out = [head]
+#: what a record of each kind is, for the notes column of ``kctl history``
+_KIND_NOTES = {"rollback": "rollback to {parent}", "baseline": "known-good baseline"}
+#: how a deploy ended, where its status alone does not say what serves after it
+_STATUS_NOTES = {
+    "rejected": "candidate rejected, baseline restored",
+    "reverted": "reverted to the baseline",
+    "degraded": "revert failed: DEGRADED",
+    "aborted": "revert aborted: DEGRADED",
+    "interrupted": "kctl interrupted",
+}
+_NOTE_REASON_CHARS = 80
+
+
+def _history_notes(row: dict[str, Any]) -> str:
+    notes = []
+    if row.get("serving"):
+        notes.append("SERVING NOW")
+    kind_note = _KIND_NOTES.get(row.get("kind", ""))
+    if kind_note:
+        notes.append(kind_note.format(parent=row.get("parent_id") or "?"))
+    elif row.get("status") in _STATUS_NOTES:
+        notes.append(_STATUS_NOTES[row["status"]])
+    reason = " ".join(str(row.get("reason") or "").split())
+    if reason:
+        cut = len(reason) > _NOTE_REASON_CHARS
+        notes.append(reason[: _NOTE_REASON_CHARS - 3] + "..." if cut else reason)
+    return "; ".join(notes)
+
+
+def history_text(rows: Sequence[dict[str, Any]]) -> str:
+    """``kctl history`` as plain text; see :func:`history_table`."""
+    return to_text(history_table(rows)) if rows else "no deployments yet"
+
+
+def history_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """One line per record, newest first. The notes say what each record is (a rollback
+    and its target, the known-good baseline), how a deploy ended, why, and which record
+    serves now (when rows carry ``serving`` and ``parent_id``)."""
+    t = table(
+        ("id", "left"),
+        ("kind", "left"),
+        ("profile", "left"),
+        ("status", "left"),
+        ("verdict", "left"),
+        ("started", "left"),
+        ("notes", "left"),
+    )
     for r in rows:
-        out.append(
-            f"{r['id']:<28} {r['kind']:<9} {r['profile']:<20} {r['status']:<12} "
-            f"{(r['verdict'] or '-'):<13} {r['started_at']}"
+        t.add_row(
+            cell(r["id"], "bold" if r.get("serving") else ""),
+            cell(r["kind"]),
+            cell(r["profile"]),
+            cell(r["status"]),
+            verdict_cell(r.get("verdict")),
+            cell(r["started_at"]),
+            cell(_history_notes(r)),
         )
-    return "\n".join(out)
+    return t

@@ -2,6 +2,12 @@
 
 Target architectures come from TORCH_CUDA_ARCH_LIST (default "9.0;12.0"), e.g.
     TORCH_CUDA_ARCH_LIST=12.0 pip install --no-build-isolation ./kernels
+KDTREE_DIAG=1 also compiles the diagnostic kernel variants (loads only, math only, traced, other
+pipeline shapes; research/kernel-lab/); the default build holds the two production variants.
+
+The build writes nothing into the source tree but the extension itself (kernels/build-files.txt
+lists what it reads): the arch list reaches the extension as a compile definition
+(kdtree_mla._C.ARCH_LIST, read by kdtree_mla.api.compiled_archs()).
 """
 
 import os
@@ -15,13 +21,12 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E40
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
+ARCH_LIST = os.environ["TORCH_CUDA_ARCH_LIST"]
+DIAG = os.environ.get("KDTREE_DIAG", "0") not in ("", "0")
 
-# Record the target architectures next to the extension (kdtree_mla.api.compiled_archs()).
-with open(os.path.join(HERE, "kdtree_mla", "_build_info.py"), "w") as _f:
-    _f.write(
-        '"""Written by setup.py at build time."""\n\n'
-        f"TORCH_CUDA_ARCH_LIST = {os.environ['TORCH_CUDA_ARCH_LIST']!r}\n"
-    )
+if any(c in ARCH_LIST for c in '"\\'):
+    raise SystemExit(f"TORCH_CUDA_ARCH_LIST: unexpected quote or backslash in {ARCH_LIST!r}")
+DEFINES = [f'-DKDTREE_ARCH_LIST="{ARCH_LIST}"', f"-DKDTREE_DIAG={int(DIAG)}"]
 
 
 class build_py_with_startup_hook(build_py):  # noqa: N801
@@ -46,8 +51,8 @@ setup(
             sources=[os.path.join("csrc", "binding.cpp"), os.path.join("csrc", "verify_launch.cu")],
             include_dirs=[CSRC],
             extra_compile_args={
-                "cxx": ["-O3"],
-                "nvcc": ["-O3", "-Xptxas=-warn-spills", "--use_fast_math"],
+                "cxx": ["-O3", *DEFINES],
+                "nvcc": ["-O3", "-Xptxas=-warn-spills", "--use_fast_math", *DEFINES],
             },
         )
     ],

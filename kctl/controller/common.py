@@ -3,12 +3,9 @@ waiting for health, and fingerprints."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import socket
-import types
-import typing
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import UsageError
@@ -114,37 +111,9 @@ def profile_of(deployment: Any) -> Profile:
     return profile
 
 
-def _rebuild(cls: Any, data: Any) -> Any:
+def _rebuild(cls: type[Profile], data: Any) -> Profile:
     """Inverse of ``dataclasses.asdict`` + JSON for the profile model: lists back to tuples,
-    nested mappings back to their dataclasses."""
-    import dataclasses
-    import typing
+    nested mappings back to their specs, defaults for fields added since it was stored."""
+    from kctl.profile.serialize import from_stored
 
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _coerce(hints[f.name], data[f.name])
-    return cls(**kwargs)
-
-
-def _coerce(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        for opt in options:
-            if dataclasses.is_dataclass(opt) and isinstance(value, dict):
-                return _rebuild(opt, value)
-            if typing.get_origin(opt) is tuple and isinstance(value, list):
-                return _coerce(opt, value)
-        return value
-    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
-        return _rebuild(tp, value)
-    if origin is tuple and isinstance(value, list):
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v) for v in value)
-        return tuple(_coerce(a, v) for a, v in zip(args, value))
-    return value
+    return from_stored(cls, data)

@@ -56,8 +56,8 @@ class Context:
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    #: repository root: where `kernels/` and profile-relative sources are found for builds
-    repo_root: Path = field(default_factory=Path.cwd)
+    #: the repository holding the kernel source; None: the one that holds the profile
+    repo_root: Path | None = None
     rebuild: bool = False
     _runtimes: dict[str, Runtime] = field(default_factory=dict)
 

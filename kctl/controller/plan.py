@@ -6,6 +6,7 @@ measurement), so a deploy run next journals exactly these steps."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
@@ -68,8 +69,11 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         from kctl.image import plan_image
         from kctl.runtime.docker import plan_run_spec
 
-        out["image"] = plan_image(candidate, repo_root=ctx.repo_root)
-        out["run_spec"] = plan_run_spec(spec, candidate)
+        image = plan_image(candidate, repo_root=ctx.repo_root)
+        out["image"] = image
+        out["run_spec"] = plan_run_spec(
+            dataclasses.replace(spec, image=str(image["tag"])), candidate
+        )
     return out
 
 

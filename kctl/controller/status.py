@@ -53,7 +53,7 @@ def _dep_summary(dep: Any) -> dict[str, Any]:
 
 def probe_health(host: str, port: int, timeout_s: float = 3.0) -> str:
     """One GET /health, for display: 'healthy', 'unhealthy (HTTP 503)' or 'unreachable (...)'."""
-    from kctl.sglang import SGLangClient
+    from kctl.sglang.client import SGLangClient
 
     try:
         SGLangClient(host, port).health(timeout_s)

@@ -2,7 +2,7 @@
 
 - :mod:`.workload`: the plan of requests (pure),
 - :mod:`.client`: the timed streaming ``/generate`` request and the greedy probe (on
-  :class:`kctl.sglang.SGLangClient`),
+  :class:`kctl.sglang.client.SGLangClient`),
 - :mod:`.stats`: samples and per-bucket statistics (pure),
 - :mod:`.measurement`: what a run against one server recorded (JSON round-trip),
 - :mod:`.correctness`: greedy outputs vs the baseline's (pure),

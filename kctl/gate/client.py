@@ -1,4 +1,4 @@
-"""The gate's two kinds of request, on :class:`kctl.sglang.SGLangClient`.
+"""The gate's two kinds of request, on :class:`kctl.sglang.client.SGLangClient`.
 
 It times one streamed request the way the gate needs it (see :func:`stream_generate`) and
 fetches greedy outputs for the correctness probes (:func:`greedy_ids`). A request that
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kctl.errors import GateError, ServerBadStatus, ServerError, ServerUnreachable
-from kctl.sglang import SGLangClient, error_text, short
+from kctl.sglang.client import SGLangClient, error_text, short
 
 Clock = Callable[[], float]
 

@@ -1,73 +1,102 @@
-"""Plain-text rendering of a verdict, for ``kctl deploy``/``status``/``bench``. Pure."""
+"""The verdict as a table, for ``kctl deploy``/``status``/``bench``, and as data for
+``--json``. Pure."""
 
 from __future__ import annotations
 
-from kctl.gate.verdict import Verdict
+from typing import Any
 
-_HEADER = (
-    "context",
-    "baseline tok/s",
-    "candidate tok/s",
-    "ratio",
-    "interval",
-    "threshold",
-    "result",
-)
-_WIDTHS = (12, 15, 16, 7, 12, 10, 8)
-#: first column left-aligned, numbers right-aligned, the result left-aligned
-_ALIGN = ("<", ">", ">", ">", ">", ">", "<")
+from rich.table import Table
 
-
-def _line(cells: tuple[str, ...]) -> str:
-    parts = [f"{c:{a}{w}}" for c, a, w in zip(cells, _ALIGN, _WIDTHS)]
-    return "  ".join(parts).rstrip()
+from kctl.gate.verdict import Row, Verdict
+from kctl.render import cell, table, to_text, verdict_cell
 
 
 def _num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def render_table(verdict: Verdict) -> str:
-    """A fixed-width table of the verdict: one line per bucket, then the crossover, the
-    objective, correctness, the verdict with its reason, and the timings."""
-    lines = [_line(_HEADER), _line(tuple("-" * w for w in _WIDTHS))]
+def _result(r: Row) -> str:
+    result: str = "info" if r.result == "INFO" else r.result
+    if r.n_planned and r.n_completed < r.n_planned:
+        result += f" ({r.n_completed}/{r.n_planned} ok)"
+    return result
+
+
+def gate_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    """The verdict table as data, one dict per bucket, in table order:
+
+    ``context`` (tokens, int), ``concurrency`` (1 for the one-at-a-time rows),
+    ``baseline`` and ``candidate`` (median decode tok/s; ``candidate`` is None for a
+    skipped bucket), ``ratio`` (candidate / baseline, or None), ``interval`` (``[lo, hi]``
+    of the ratio, or None), ``threshold`` (the floor that binds the row, None when none
+    binds), ``verdict`` (the row's result: PASS, FAIL, UNCLEAR, INFO or SKIPPED),
+    ``completed`` and ``planned`` (requests)."""
+    return [
+        {
+            "context": r.context,
+            "concurrency": r.concurrency,
+            "baseline": r.baseline_tps,
+            "candidate": r.candidate_tps,
+            "ratio": r.ratio,
+            "interval": None if r.ratio_lo is None else [r.ratio_lo, r.ratio_hi],
+            "threshold": r.threshold,
+            "verdict": r.result,
+            "completed": r.n_completed,
+            "planned": r.n_planned,
+        }
+        for r in verdict.rows
+    ]
+
+
+def gate_table(verdict: Verdict) -> Table:
+    """One line per bucket: context, both rates, the ratio with its interval, the
+    threshold and the result."""
+    t = table(
+        ("context", "left"),
+        ("baseline tok/s", "right"),
+        ("candidate tok/s", "right"),
+        ("ratio", "right"),
+        ("interval", "right"),
+        ("threshold", "right"),
+        ("result", "left"),
+    )
     for r in verdict.rows:
         interval = "-" if r.ratio_lo is None else f"{r.ratio_lo:.2f}-{r.ratio_hi or 0.0:.2f}"
-        result: str = "info" if r.result == "INFO" else r.result
-        if r.n_planned and r.n_completed < r.n_planned:
-            result += f" ({r.n_completed}/{r.n_planned} ok)"
-        lines.append(
-            _line(
-                (
-                    r.label,
-                    _num(r.baseline_tps),
-                    _num(r.candidate_tps),
-                    _num(r.ratio),
-                    interval,
-                    _num(r.threshold),
-                    result,
-                )
-            )
+        t.add_row(
+            cell(r.label),
+            cell(_num(r.baseline_tps)),
+            cell(_num(r.candidate_tps)),
+            cell(_num(r.ratio)),
+            cell(interval),
+            cell(_num(r.threshold)),
+            verdict_cell(_result(r)),
         )
-    lines.append("")
+    return t
+
+
+def _objective_line(verdict: Verdict) -> str:
+    obj = verdict.objective
+    if obj is None:
+        return "objective: none (each context against its threshold)"
+    weights = ", ".join(f"{c}:{w:g}" for c, w in obj.weights)
+    if obj.result == "SKIPPED":
+        return f"objective: not computed (weights {weights}): a weighted context was skipped"
+    return (
+        f"objective: {obj.value:.2f} (interval {obj.lo:.2f}-{obj.hi:.2f}) vs "
+        f"{obj.min_ratio:.2f}, weights {weights}: {obj.result}"
+    )
+
+
+def summary_lines(verdict: Verdict) -> list[str]:
+    """What follows the table: the crossover, the objective, correctness, the verdict with
+    its reason, and the timings."""
     skipped = any(r.result == "SKIPPED" for r in verdict.rows)  # the gate stopped at a FAIL
     rated = [r for r in verdict.rows if r.concurrency == 1 and r.ratio is not None]
     if len(rated) < 2 and skipped:
-        lines.append("crossover (ratio = 1.0): not estimated (fewer than two contexts measured)")
+        lines = ["crossover (ratio = 1.0): not estimated (fewer than two contexts measured)"]
     else:
-        lines.append(f"crossover (ratio = 1.0): {verdict.crossover.describe()}")
-    obj = verdict.objective
-    if obj is None:
-        lines.append("objective: none (each context against its threshold)")
-    elif obj.result == "SKIPPED":
-        weights = ", ".join(f"{c}:{w:g}" for c, w in obj.weights)
-        lines.append(f"objective: not computed (weights {weights}): a weighted context was skipped")
-    else:
-        weights = ", ".join(f"{c}:{w:g}" for c, w in obj.weights)
-        lines.append(
-            f"objective: {obj.value:.2f} (interval {obj.lo:.2f}-{obj.hi:.2f}) vs "
-            f"{obj.min_ratio:.2f}, weights {weights}: {obj.result}"
-        )
+        lines = [f"crossover (ratio = 1.0): {verdict.crossover.describe()}"]
+    lines.append(_objective_line(verdict))
     corr = verdict.correctness
     if corr is not None:
         ok = corr.checked - len(corr.mismatches)
@@ -80,4 +109,9 @@ def render_table(verdict: Verdict) -> str:
     lines.append(f"verdict: {verdict.verdict}: {verdict.reason}")
     if verdict.timings:
         lines.append("timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in verdict.timings))
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def render_table(verdict: Verdict) -> str:
+    """The verdict as plain text: :func:`gate_table`, then :func:`summary_lines`."""
+    return "\n".join([to_text(gate_table(verdict)), "", *summary_lines(verdict)]) + "\n"

@@ -203,8 +203,8 @@ def _lines(chunk: dict[str, Any]) -> list[str]:
 def ensure_image(
     profile: Profile,
     *,
-    repo_root: Path,
     state_dir: Path,
+    repo_root: Path | None = None,
     rebuild: bool = False,
     progress: Callable[[str], None] | None = None,
     client: DockerClient | None = None,

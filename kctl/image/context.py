@@ -4,6 +4,10 @@
 changes nothing. The tag ``kctl/<profile>:<sha256-12>`` hashes the rendered Dockerfile and
 every file of the context in a stable order, so an unchanged profile and source give the
 same tag and the build is skipped.
+
+The kernel package says which of its files the build reads, in ``build-files.txt`` at its
+root (one glob a line). Those files, and no others, are the context: editing the package's
+docs, tests, scripts or an untracked note leaves the tag, and so the image, as it is.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from kctl.errors import BuildFailed
 from kctl.image.dockerfile import render_dockerfile
 from kctl.profile.model import Profile
 
-#: directory names never copied into a build context: caches and local build outputs,
-#: whose presence must not change the tag
+#: directory names never copied from the simulator package: caches, whose presence must
+#: not change the tag
 EXCLUDED_DIRS = frozenset(
     {
         "__pycache__",
@@ -38,9 +42,8 @@ EXCLUDED_DIRS = frozenset(
     }
 )
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".egg-info")
-#: top-level folders of the kernel package that the wheel build does not need: editing a
-#: test or a benchmark must not rebuild a multi-gigabyte serving image
-KERNEL_EXCLUDED_TOP = frozenset({"tests", "bench", "docs"})
+#: the kernel package's list of the files its build reads, at its root
+BUILD_FILES = "build-files.txt"
 
 
 @dataclass(frozen=True)
@@ -84,32 +87,75 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _walk(
-    root: Path, arc_prefix: str, *, skip_top: frozenset[str] = frozenset()
-) -> Iterator[ContextFile]:
+def _context_file(path: Path, arcname: str) -> ContextFile:
+    return ContextFile(
+        arcname=arcname,
+        source=path,
+        sha256=_sha256_file(path),
+        executable=os.access(path, os.X_OK),
+    )
+
+
+def _walk(root: Path, arc_prefix: str) -> Iterator[ContextFile]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
         # prune in place so os.walk does not descend; sorted for a stable order
         dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d not in EXCLUDED_DIRS
-            and not d.endswith(".egg-info")
-            and not (rel_dir == Path(".") and d in skip_top)
+            d for d in dirnames if d not in EXCLUDED_DIRS and not d.endswith(".egg-info")
         )
         for name in sorted(filenames):
-            if name.endswith(EXCLUDED_SUFFIXES):
-                continue
             path = Path(dirpath) / name
-            if not path.is_file():  # dangling symlink, socket ...
+            if name.endswith(EXCLUDED_SUFFIXES) or not path.is_file():
                 continue
-            rel = (rel_dir / name).as_posix()
-            yield ContextFile(
-                arcname=f"{arc_prefix}/{rel}",
-                source=path,
-                sha256=_sha256_file(path),
-                executable=os.access(path, os.X_OK),
+            yield _context_file(path, f"{arc_prefix}/{(rel_dir / name).as_posix()}")
+
+
+def read_build_files(src: Path) -> tuple[str, ...]:
+    """The globs of ``src/build-files.txt`` (comments and blank lines dropped)."""
+    listing = src / BUILD_FILES
+    try:
+        text = listing.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BuildFailed(
+            f"the kernel package {src} has no readable {BUILD_FILES} ({exc.strerror or exc})",
+            hint=f"list the files its build reads, one glob a line, in {listing}",
+        ) from exc
+    globs = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return tuple(g for g in globs if g)
+
+
+def _kernel_files(src: Path, arc_prefix: str) -> Iterator[ContextFile]:
+    """The kernel package's files that its ``build-files.txt`` names."""
+    for pattern in read_build_files(src):
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise BuildFailed(
+                f"{src / BUILD_FILES}: {pattern!r} points outside the kernel package",
+                hint="write globs relative to the kernel package's folder",
             )
+        matches = sorted(p for p in src.glob(pattern) if p.is_file())
+        if not matches:
+            raise BuildFailed(
+                f"{src / BUILD_FILES}: {pattern!r} matches no file",
+                hint="remove the line, or restore the files the build reads",
+            )
+        for path in matches:
+            yield _context_file(path, f"{arc_prefix}/{path.relative_to(src).as_posix()}")
+
+
+def repository_of(profile: Profile) -> Path:
+    """The repository that holds ``profile``'s file: the nearest folder above it that has
+    the profile's ``image.kernel_source``. Independent of the working directory."""
+    kernel_source = profile.image.kernel_source or "."
+    start = Path(profile.source).expanduser().resolve().parent
+    for folder in (start, *start.parents):
+        if (folder / kernel_source).is_dir():
+            return folder
+    raise BuildFailed(
+        f"no folder above {profile.source} holds the kernel source {kernel_source!r} "
+        f"(image.kernel_source of {profile.name})",
+        hint="keep the profile inside the repository that holds the kernel package, or fix "
+        "image.kernel_source (relative to that repository's root)",
+    )
 
 
 def _manifest(files: tuple[ContextFile, ...]) -> bytes:
@@ -117,9 +163,9 @@ def _manifest(files: tuple[ContextFile, ...]) -> bytes:
     return b"".join(f"{f.arcname}\0{int(f.executable)}\0{f.sha256}\n".encode() for f in files)
 
 
-def context_files(profile: Profile, repo_root: Path) -> tuple[ContextFile, ...]:
+def context_files(profile: Profile, repo_root: Path | None = None) -> tuple[ContextFile, ...]:
     """The files a profile's build needs, sorted by path (raises BuildFailed when the
-    kernel source is missing)."""
+    kernel source is missing). ``repo_root`` defaults to :func:`repository_of`."""
     img = profile.image
     files: list[ContextFile] = []
     if img.install_simulator:
@@ -136,14 +182,16 @@ def context_files(profile: Profile, repo_root: Path) -> tuple[ContextFile, ...]:
             )
         files.extend(_walk(sim, "kctl/sim"))
     elif img.kernel_source is not None:
-        src = (Path(repo_root) / img.kernel_source).resolve()
+        root = repository_of(profile) if repo_root is None else Path(repo_root)
+        src = (root / img.kernel_source).resolve()
         if not src.is_dir():
             raise BuildFailed(
                 f"kernel source {src} (image.kernel_source of {profile.source or profile.name}) "
                 "is not a directory",
-                hint="run kctl from the repository root or pass the repository with --repo",
+                hint="image.kernel_source is relative to the root of the repository that "
+                "holds the profile",
             )
-        files.extend(_walk(src, img.kernel_source, skip_top=KERNEL_EXCLUDED_TOP))
+        files.extend(_kernel_files(src, img.kernel_source))
         if not any(
             f.arcname in (f"{img.kernel_source}/pyproject.toml", f"{img.kernel_source}/setup.py")
             for f in files
@@ -155,11 +203,13 @@ def context_files(profile: Profile, repo_root: Path) -> tuple[ContextFile, ...]:
     return tuple(sorted(files, key=lambda f: f.arcname))
 
 
-def build_context(profile: Profile, repo_root: Path) -> BuildContext:
+def build_context(profile: Profile, repo_root: Path | None = None) -> BuildContext:
     """Render the Dockerfile and list the context files of ``profile``; compute the tag.
 
-    Reads files under ``repo_root`` (and the kctl package for simulator images); writes
-    nothing. Raises ProfileError for unusable image fields, BuildFailed for missing source.
+    Reads the kernel package's listed files under ``repo_root`` (default: the repository
+    that holds the profile, :func:`repository_of`), or the kctl package for simulator
+    images; writes nothing. Raises ProfileError for unusable image fields, BuildFailed for
+    missing source.
     """
     dockerfile = render_dockerfile(profile)
     files = context_files(profile, repo_root)
@@ -207,7 +257,7 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
     return info
 
 
-def plan_image(profile: Profile, *, repo_root: Path) -> dict[str, object]:
+def plan_image(profile: Profile, *, repo_root: Path | None = None) -> dict[str, object]:
     """What ``kctl plan`` shows about the image: tag, base, Dockerfile text and context
     files. Reads the source tree; needs no docker engine."""
     ctx = build_context(profile, repo_root)

@@ -1,10 +1,11 @@
-"""Launch profiles: the model (:mod:`.model`), the validating loader (:mod:`.loader`,
-rules in :mod:`.validate` and :mod:`.rules`) and JSON/hash serialisation
-(:mod:`.serialize`).
+"""Launch profiles: the model (:mod:`.model`: frozen pydantic dataclasses with field types
+from :mod:`.fields`, cross-field rules in :mod:`.checks`), the loader (:mod:`.loader`:
+bounded YAML reading in :mod:`.reader`, ``extends``/``baseline``, problem lines from
+:mod:`.validate`), JSON/hash serialisation and the stored form (:mod:`.serialize`), and
+the published JSON Schema (:mod:`.schema`).
 
-The loader is imported on first use, so modules that only need the dataclasses
-(``from kctl.profile.model import ...``, on ``kctl status``'s startup path) do not pay
-for YAML and the validator.
+The loader is imported on first use, so modules that only need the model
+(``from kctl.profile.model import ...``) do not pay for YAML reading.
 """
 
 from __future__ import annotations

@@ -22,65 +22,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kctl.errors import ProfileError
 from kctl.profile.model import Profile
+from kctl.profile.reader import ReadError, read_profile_data
 from kctl.profile.serialize import content_hash
 from kctl.profile.validate import FieldPath, Problems, build_profile
 
 EXTENSION_PREFIX = "x-"
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: PyYAML silently keeps the last one, which
-    turns a copy-paste slip into a silently different deployment."""
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    loader.flatten_mapping(node)
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        try:
-            hashable = hash(key) is not None
-        except TypeError:
-            hashable = False
-        if hashable and key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r} (first at line {seen[key] + 1})",
-                key_node.start_mark,
-            )
-        if hashable:
-            seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _read_yaml(display: str, real: str, problems: Problems) -> dict[str, Any] | None:
     try:
-        with open(real, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        problems.raw(f"{display}: file not found")
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.raw(f"{display}: cannot read the file: {exc}")
-        return None
-    try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
-        what = exc.problem or exc.context or "invalid YAML"
-        problems.raw(f"{display}: {where}: invalid YAML: {what}")
-        return None
-    except yaml.YAMLError as exc:
-        problems.raw(f"{display}: invalid YAML: {exc}")
+        data = read_profile_data(real)
+    except ReadError as exc:
+        problems.raw(f"{display}: {exc}")
         return None
     if data is None:
         problems.raw(f"{display}: the file is empty; a profile needs at least server.model_path")
@@ -183,6 +138,18 @@ def _resolve(
         declared = {**parent_declared, **declared}
     origins.record(data, display)
     return deep_merge(merged, data), declared
+
+
+def resolve_file(path: str | Path) -> dict[str, Any]:
+    """The mapping ``path`` stands for once its ``extends`` chain is merged (``x-`` keys
+    dropped, before validation): what the JSON Schema of ``kctl schema`` describes."""
+    display = str(path)
+    origins = _Origins(display)
+    problems = Problems(origins)
+    resolved = _resolve(display, problems, origins, [(os.path.realpath(display), display)])
+    if resolved is None:
+        raise ProfileError(problems.lines)
+    return resolved[0]
 
 
 def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ...] = ()) -> Profile:

@@ -1,167 +1,243 @@
-"""The resolved profile: frozen dataclasses, the single source of truth for what a
-deployment is. Loading and validation live in :mod:`kctl.profile.loader`; everything
-else (launch argv, docker run spec, Dockerfile, gate plan) is derived from these values
-by pure functions.
+"""The resolved profile: frozen pydantic dataclasses, the single definition of what a
+deployment is. One definition validates a profile file (with path-qualified messages,
+see :mod:`kctl.profile.validate`), rebuilds a stored profile (:mod:`kctl.profile.serialize`)
+and publishes the JSON Schema (``kctl schema``, :mod:`kctl.profile.schema`). They stay
+dataclasses, so ``dataclasses.asdict`` (the store's form) and ``dataclasses.replace``
+work as before; ``replace`` validates the new values.
+
+Field types and their messages are in :mod:`kctl.profile.fields`; the cross-field rules
+(:mod:`kctl.profile.checks`) run from each section's ``_judge``, on a profile file only:
+a stored or hand-built profile is typed, not judged again. Everything else (launch argv,
+docker run spec, Dockerfile, gate plan) is derived from these values by pure functions.
 
 Defaults here are the documented defaults; ``profiles/reference.yaml`` comments every key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import field
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic.dataclasses import dataclass
+
+from kctl.profile import checks, rules
+from kctl.profile.fields import (
+    Algorithm,
+    AttentionBackend,
+    CompletedFraction,
+    Concurrency,
+    ContainerPath,
+    CudaArch,
+    CudaGraphMaxBs,
+    DraftPath,
+    Env,
+    ExtraArg,
+    FatalPattern,
+    Gpus,
+    Host,
+    HostPath,
+    ImageRef,
+    KvCacheDtype,
+    MemFraction,
+    MinRatio,
+    ModelPath,
+    Port,
+    Ratio,
+    RatioMap,
+    RepoDir,
+    ServedName,
+    ShmSize,
+    Speedup,
+    WeightMap,
+    one_of,
+)
+from kctl.profile.rules import Bool, NonNegFloat, NonNegInt, PosFloat, PosInt, Str
 
 VerifyKernel = Literal["kdtree", "none"]
 RuntimeKind = Literal["docker", "local"]
 OnInconclusive = Literal["revert", "promote"]
 
+#: unknown keys are errors
+CONFIG = ConfigDict(extra="forbid")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, config=CONFIG)
 class ImageSpec:
     """How the serving image is built (docker runtime only)."""
 
-    base: str = "lmsysorg/sglang:v0.5.10-cu130"
+    base: ImageRef = "lmsysorg/sglang:v0.5.10-cu130"
     #: path of the kernel package source, relative to the repository root; None = no kernel
-    kernel_source: str | None = None
+    kernel_source: RepoDir | None = None
     #: TORCH_CUDA_ARCH_LIST entries, e.g. ("12.0",) for RTX PRO 6000 Blackwell
-    cuda_archs: tuple[str, ...] = ("12.0",)
+    cuda_archs: tuple[CudaArch, ...] = ("12.0",)
     #: tests only: install the SGLang-compatible simulator as the `sglang` package, so the
     #: unchanged `python3 -m sglang.launch_server ...` command runs it inside the container
-    install_simulator: bool = False
+    install_simulator: Bool = False
+
+    @model_validator(mode="after")
+    def _judge(self, info: ValidationInfo) -> ImageSpec:
+        if rules.from_file(info):
+            rules.report("image", checks.image_problems(self))
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class SpeculativeSpec:
-    algorithm: str = "EAGLE3"
-    draft_model_path: str | None = None
-    num_steps: int = 3
-    eagle_topk: int = 1
-    num_draft_tokens: int = 4
+    algorithm: Algorithm = "EAGLE3"
+    draft_model_path: DraftPath | None = None
+    num_steps: PosInt = 3
+    eagle_topk: PosInt = 1
+    num_draft_tokens: PosInt = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class ServerSpec:
     """The `python3 -m sglang.launch_server` invocation."""
 
-    model_path: str = ""
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 30000
-    tp: int = 1
-    attention_backend: str = "triton"
-    cuda_graphs: bool = True
-    cuda_graph_max_bs: int | None = None
-    mem_fraction_static: float | None = None
-    trust_remote_code: bool = True
-    kv_cache_dtype: str = "auto"
+    model_path: ModelPath = Field(default="", validate_default=True)
+    served_model_name: ServedName | None = None
+    host: Host = "127.0.0.1"
+    port: Port = 30000
+    tp: PosInt = 1
+    attention_backend: AttentionBackend = "triton"
+    cuda_graphs: Bool = True
+    cuda_graph_max_bs: CudaGraphMaxBs | None = None
+    mem_fraction_static: MemFraction | None = None
+    trust_remote_code: Bool = True
+    kv_cache_dtype: KvCacheDtype = "auto"
     speculative: SpeculativeSpec | None = None
     #: which verify-attention path the profile expects to run: health checks the
     #: kernel's activation log line for "kdtree" and its absence for "none"
-    verify_kernel: VerifyKernel = "none"
-    extra_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    verify_kernel: Annotated[VerifyKernel, one_of("'kdtree', 'none'")] = "none"
+    extra_args: tuple[ExtraArg, ...] = ()
+    env: Env = ()
 
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
 
+    @model_validator(mode="after")
+    def _judge(self, info: ValidationInfo) -> ServerSpec:
+        if rules.from_file(info):
+            rules.report("server", checks.server_problems(self))
+        return self
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, config=CONFIG)
 class VolumeSpec:
-    host: str
-    container: str
-    read_only: bool = True
+    host: HostPath
+    container: ContainerPath
+    read_only: Bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class RuntimeSpec:
-    kind: RuntimeKind = "docker"
+    kind: Annotated[RuntimeKind, one_of("'docker', 'local'")] = "docker"
     #: "all", or a tuple of device indices; () = no GPUs (tests)
-    gpus: str | tuple[int, ...] = "all"
-    shm_size: str = "32g"
+    gpus: Gpus = "all"
+    shm_size: ShmSize = "32g"
     volumes: tuple[VolumeSpec, ...] = ()
-    stop_timeout_s: float = 60.0
+    stop_timeout_s: PosFloat = 60.0
     #: how many stopped containers of earlier deployments to keep for fast rollback
-    retain: int = 3
+    retain: NonNegInt = 3
+
+    @model_validator(mode="after")
+    def _judge(self, info: ValidationInfo) -> RuntimeSpec:
+        if rules.from_file(info):
+            rules.report("runtime", checks.runtime_problems(self))
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class HealthSpec:
-    deadline_s: float = 900.0
-    poll_interval_s: float = 2.0
-    request_timeout_s: float = 30.0
+    deadline_s: PosFloat = 900.0
+    poll_interval_s: PosFloat = 2.0
+    request_timeout_s: PosFloat = 30.0
     #: require one real generation before calling the server healthy
-    require_generation: bool = True
+    require_generation: Bool = True
     #: extra regular expressions that end the wait at once when a log line matches
-    fatal_patterns: tuple[str, ...] = ()
+    fatal_patterns: tuple[FatalPattern, ...] = ()
+
+    @model_validator(mode="after")
+    def _judge(self, info: ValidationInfo) -> HealthSpec:
+        if rules.from_file(info):
+            rules.report("health", checks.health_problems(self))
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class ObjectiveSpec:
     """Traffic-mix weighted objective: sum(weight * ratio) / sum(weight) >= min_ratio."""
 
-    weights: tuple[tuple[int, float], ...]
-    min_ratio: float = 1.0
+    weights: WeightMap
+    min_ratio: Ratio = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class PolicySpec:
-    min_ratio: float = 1.0
-    min_ratio_per_context: tuple[tuple[int, float], ...] = ()
+    min_ratio: MinRatio = 1.0
+    min_ratio_per_context: RatioMap = ()
     objective: ObjectiveSpec | None = None
-    on_inconclusive: OnInconclusive = "revert"
+    on_inconclusive: Annotated[OnInconclusive, one_of("'revert', 'promote'")] = "revert"
     #: a stored baseline measurement older than this is measured again
-    baseline_max_age_s: float = 7 * 24 * 3600.0
+    baseline_max_age_s: PosFloat = 7 * 24 * 3600.0
     #: extra repeats per context when the ratio's spread straddles a threshold
-    max_extra_repeats: int = 4
+    max_extra_repeats: NonNegInt = 4
     #: fraction of planned requests that must complete
-    min_completed_fraction: float = 1.0
+    min_completed_fraction: CompletedFraction = 1.0
     #: stop measuring once a binding context is clearly below its threshold (FAIL): the
     #: contexts after it, the concurrency phase and the correctness probes are skipped
-    stop_at_first_fail: bool = False
+    stop_at_first_fail: Bool = False
 
     def threshold(self, context: int) -> float:
         return dict(self.min_ratio_per_context).get(context, self.min_ratio)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class CorrectnessSpec:
-    prompts: int = 3
-    tokens: int = 16
+    prompts: NonNegInt = 3
+    tokens: PosInt = 16
     #: how many prompts may differ from the baseline's recorded greedy output
-    max_mismatched_prompts: int = 0
+    max_mismatched_prompts: NonNegInt = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class GateSpec:
-    contexts: tuple[int, ...] = (5700, 23000, 91000)
-    output_tokens: int = 128
-    repeats: int = 3
-    warmup: int = 1
-    concurrency: int | None = None
-    request_timeout_s: float = 600.0
-    seed: int = 0
+    contexts: tuple[PosInt, ...] = (5700, 23000, 91000)
+    output_tokens: PosInt = 128
+    repeats: PosInt = 3
+    warmup: NonNegInt = 1
+    concurrency: Concurrency | None = None
+    request_timeout_s: PosFloat = 600.0
+    seed: NonNegInt = 0
     policy: PolicySpec = field(default_factory=PolicySpec)
     correctness: CorrectnessSpec = field(default_factory=CorrectnessSpec)
 
+    @model_validator(mode="after")
+    def _judge(self, info: ValidationInfo) -> GateSpec:
+        if rules.from_file(info):
+            rules.report("gate", checks.gate_problems(self))
+        return self
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, config=CONFIG)
 class SimulatorSpec:
     """Used only with ``--simulate``: how the SGLang-compatible simulator stands in."""
 
     #: time compression: load time and token latencies are divided by this
-    speedup: float = 50.0
+    speedup: Speedup = 50.0
     #: simulated model load seconds before compression (330 s measured for Kimi K2.6)
-    load_s: float = 330.0
+    load_s: NonNegFloat = 330.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=CONFIG)
 class Profile:
-    name: str
+    name: Annotated[Str, Field(json_schema_extra={"pattern": rules.NAME_PATTERN})]
     #: path of the file this profile was loaded from
-    source: str
-    description: str = ""
+    source: Str
+    description: Str = ""
     #: file path of the known-good baseline profile; None when this profile is a baseline
-    baseline: str | None = None
+    baseline: Str | None = None
     image: ImageSpec = field(default_factory=ImageSpec)
     server: ServerSpec = field(default_factory=ServerSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
@@ -169,4 +245,4 @@ class Profile:
     gate: GateSpec = field(default_factory=GateSpec)
     simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     #: sha256 of the resolved content (source path and name excluded); stable across runs
-    content_hash: str = ""
+    content_hash: Str = ""

@@ -1,19 +1,36 @@
-"""What the model's types cannot say about a profile field: ranges, choices, patterns,
-and the SGLang 0.5.10 vocabularies they come from. Keyed by dotted field path ("[]" for
-list items) and used by :mod:`kctl.profile.validate`.
+"""What a profile field's Python type alone cannot say: ranges, choices, patterns, the
+SGLang 0.5.10 vocabularies they come from, and the message each field reports.
 
-Each rule is ``(convert, message)``: ``convert`` returns the value to store, or
-:data:`INVALID`; ``message`` says what is expected and how to fix it, since the same
-line has to serve a wrong type and an out-of-range value alike.
+Each field type here is an ``Annotated`` pydantic type: constraints that always hold
+(type, range) live in the core schema, so they also publish in the JSON Schema; the
+message wraps them (:func:`says`), because the same line has to serve a wrong type and an
+out-of-range value alike. Rules that judge what a *file* asks for (shell syntax, paths
+inside the repository, image references) run only when a profile file is loaded
+(:data:`FILE`): a profile rebuilt from the store or written in Python is never re-judged.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-INVALID = object()
+from pydantic import (
+    AfterValidator,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    WrapValidator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+#: validation context key: set by the loader when the input is a profile file
+FILE = "kctl.profile.file"
+#: the error type of every problem kctl words itself
+ERROR_TYPE = "kctl_profile"
 
 #: SGLang 0.5.10 ``--attention-backend`` choices (sglang/srt/server_args.py)
 ATTENTION_BACKENDS = (
@@ -62,204 +79,249 @@ MANAGED_FLAGS = (
 #: env the ``simulator:`` section owns (see :func:`kctl.launch.launch_spec`)
 SIMULATOR_ENV = {"KCTL_SIM_SPEEDUP": "simulator.speedup", "KCTL_SIM_LOAD_S": "simulator.load_s"}
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+NAME_MESSAGE = "must be letters, digits, '.', '_' or '-', starting with a letter or digit"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # TORCH_CUDA_ARCH_LIST entries: "12.0", "9.0a", "10.0f", "8.6+PTX"
-_CUDA_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
+CUDA_ARCH_PATTERN = r"^\d{1,2}\.\d[af]?(\+PTX)?$"
 # docker's size syntax for --shm-size
-_DOCKER_SIZE = re.compile(r"^\d+[bkmgBKMG]?$")
+DOCKER_SIZE_PATTERN = r"^\d+[bkmgBKMG]?$"
+# name[:tag][@digest] as docker accepts it; the value lands verbatim in a FROM line
+IMAGE_REF_PATTERN = (
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+# a directory inside the repository: plain path segments, no "..", not absolute
+REPO_PATH_PATTERN = r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*/?$"
+# an address or host name to bind
+HOST_PATTERN = r"^[A-Za-z0-9_.:\[\]-]+$"
 
-# -- scalar rules ------------------------------------------------------------------------
-
-#: a rule returns the converted value, or INVALID when it does not apply
-Rule = tuple[Callable[[Any], Any], str]
-
-
-def is_int(v: Any) -> bool:
-    # YAML gives True/False for yes/no; a bool is never a count
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], Any]:
-    def conv(v: Any) -> Any:
-        if not is_int(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
-            return INVALID
-        return v
-
-    return conv
+# kctl starts the server without a shell (an argv list, an env mapping): shell syntax in
+# a value arrives verbatim, which is never what its author meant, and would be dangerous
+# wherever a later change let a shell see it. Expansion is refused in argv and env alike;
+# command separators in argv and paths only (an env value may be a URL with "&").
+_EXPANSION = re.compile(r"`|\$[({A-Za-z_]")
+_COMMAND = re.compile(r"[;&|\n\r]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def _num(
-    lo: float | None = None,
-    hi: float | None = None,
-    *,
-    lo_open: bool = False,
-    hi_open: bool = False,
-) -> Callable[[Any], Any]:
-    def conv(v: Any) -> Any:
-        if not is_num(v) or v != v:  # NaN compares unequal to itself
-            return INVALID
-        f = float(v)
-        if lo is not None and (f < lo or (lo_open and f == lo)):
-            return INVALID
-        if hi is not None and (f > hi or (hi_open and f == hi)):
-            return INVALID
-        return f
-
-    return conv
+def problem(message: str) -> PydanticCustomError:
+    """A validation error whose message is exactly ``message`` (pydantic formats
+    ``{...}`` in a message template, so braces are escaped)."""
+    return PydanticCustomError(ERROR_TYPE, message.replace("{", "{{").replace("}", "}}"))
 
 
-def _str(pattern: re.Pattern[str] | None = None, *, nonempty: bool = False) -> Callable[[Any], Any]:
-    def conv(v: Any) -> Any:
-        if not isinstance(v, str) or (nonempty and not v.strip()):
-            return INVALID
-        if pattern is not None and not pattern.match(v):
-            return INVALID
-        return v
+def says(message: str) -> WrapValidator:
+    """Report any failure of the wrapped type and constraints as ``message``."""
 
-    return conv
+    def wrap(value: Any, handler: Callable[[Any], Any]) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise problem(message) from None
+
+    return WrapValidator(wrap)
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[Any], Any]:
-    return lambda v: v if isinstance(v, str) and v in choices else INVALID
+def from_file(info: ValidationInfo) -> bool:
+    """True while a profile file is validated (not a stored or hand-built profile)."""
+    return bool(info.context and info.context.get(FILE))
+
+
+def judged(check: Callable[[Any], str | None]) -> WrapValidator:
+    """A rule for file input only: ``check(value)`` returns the problem, or None."""
+
+    def wrap(value: Any, handler: Callable[[Any], Any], info: ValidationInfo) -> Any:
+        out = handler(value)
+        if from_file(info):
+            message = check(out)
+            if message is not None:
+                raise problem(message)
+        return out
+
+    return WrapValidator(wrap)
+
+
+def _matches(pattern: str, message: str) -> Callable[[Any], str | None]:
+    compiled = re.compile(pattern)
+    return lambda v: None if v is None or compiled.match(v) else message
+
+
+def _syntax(value: str, *patterns: re.Pattern[str]) -> str | None:
+    if _CONTROL.search(value):
+        return "contains a control character (such as NUL); remove it"
+    for pattern in patterns:
+        found = pattern.search(value)
+        if found:
+            what = "a line break" if found.group(0) in "\r\n" else repr(found.group(0))
+            return (
+                f"contains shell syntax ({what}); kctl starts the server without a shell, "
+                "so it would arrive verbatim: remove it (split arguments into list items)"
+            )
+    return None
+
+
+def shell_problem(value: str) -> str | None:
+    """Why ``value`` (an argument or a path) must not reach an argv, or None."""
+    return _syntax(value, _COMMAND, _EXPANSION)
+
+
+def env_problem(value: str) -> str | None:
+    """Why ``value`` must not be an environment value, or None (nothing expands it)."""
+    return _syntax(value, _EXPANSION)
+
+
+def extra_arg_problem(arg: str) -> str | None:
+    """Why one ``server.extra_args`` item is refused, or None."""
+    flag = arg.split("=", 1)[0]
+    if flag in MANAGED_FLAGS:
+        return (
+            "is derived from a typed server field; set that field instead of passing the "
+            "flag in extra_args"
+        )
+    if flag.startswith("--") and len(flag) > 2:
+        # argparse (SGLang's parser) reads a unique prefix as the flag it abbreviates
+        longer = [f for f in MANAGED_FLAGS if f.startswith(flag)]
+        if longer:
+            return (
+                f"abbreviates {longer[0]}, which SGLang's parser would read as that flag; "
+                "set the typed server field instead"
+            )
+    if arg.startswith("-") and " " in arg:
+        return (
+            "holds a flag and its value in one item; write them as two list items, "
+            "e.g. ['--max-running-requests', '48']"
+        )
+    return shell_problem(arg)
+
+
+# -- field types ---------------------------------------------------------------------------
+
+POSITIVE_INTEGER = "must be a positive integer"
+
+Bool = Annotated[bool, Strict(), says("must be true or false")]
+Str = Annotated[str, Strict(), says("must be a string")]
+PosInt = Annotated[int, Strict(), Field(ge=1), says(POSITIVE_INTEGER)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0), says("must be an integer >= 0")]
+PosFloat = Annotated[
+    float, Strict(), Field(gt=0, allow_inf_nan=False), says("must be a positive number")
+]
+NonNegFloat = Annotated[
+    float, Strict(), Field(ge=0, allow_inf_nan=False), says("must be a number >= 0")
+]
+
+
+def enum(choices: tuple[str, ...]) -> Any:
+    """Metadata: publish ``choices`` as the field's JSON Schema enum."""
+    return Field(json_schema_extra={"enum": list(choices)})
+
+
+def member_of(choices: tuple[str, ...]) -> AfterValidator:
+    """Metadata: the value is one of ``choices``."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(value)
+        return value
+
+    return AfterValidator(check)
 
 
 def choices_text(choices: tuple[str, ...]) -> str:
     return ", ".join(repr(c) for c in choices)
 
 
-_POS_INT: Rule = (_int(lo=1), "must be a positive integer")
-_NONNEG_INT: Rule = (_int(lo=0), "must be an integer >= 0")
-_POS_NUM: Rule = (_num(lo=0, lo_open=True), "must be a positive number")
-_NONNEG_NUM: Rule = (_num(lo=0), "must be a number >= 0")
+def safe(message: str, pattern: str | None = None) -> WrapValidator:
+    """File rule: the value matches ``pattern`` (when given) and holds no shell syntax."""
+    check = _matches(pattern, message) if pattern else (lambda v: None)
 
-#: rules by dotted field path ("[]" for list items); fields not named here get the
-#: plain type check their model annotation implies
-RULES: dict[str, Rule] = {
-    "name": (
-        _str(re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")),
-        "must be letters, digits, '.', '_' or '-', starting with a letter or digit",
-    ),
-    "image.base": (
-        _str(nonempty=True),
-        "must be an image reference, e.g. 'lmsysorg/sglang:v0.5.10-cu130'",
-    ),
-    "image.kernel_source": (
-        _str(nonempty=True),
-        "must be a directory relative to the repository root, e.g. "
-        "'kernels', or null for no kernel",
-    ),
-    "image.cuda_archs[]": (
-        _str(_CUDA_ARCH),
-        "must be a CUDA arch as TORCH_CUDA_ARCH_LIST "
-        "spells it, a quoted string such as '12.0' (sm_120) or '9.0a'",
-    ),
-    "server.model_path": (
-        _str(nonempty=True),
-        "is required: the model directory as the server sees it, e.g. '/models/Kimi-K2.6'",
-    ),
-    "server.served_model_name": (_str(nonempty=True), "must be a non-empty string or null"),
-    "server.host": (
-        _str(nonempty=True),
-        "must be an address to bind, e.g. '127.0.0.1' or '0.0.0.0'",
-    ),
-    "server.port": (_int(lo=1, hi=65535), "must be a TCP port between 1 and 65535"),
-    "server.tp": _POS_INT,
-    "server.attention_backend": (
-        _choice(ATTENTION_BACKENDS),
-        "must be one of SGLang 0.5.10's attention backends: " + choices_text(ATTENTION_BACKENDS),
-    ),
-    "server.cuda_graph_max_bs": (
-        _int(lo=1),
-        "must be a positive integer or null (SGLang picks it from the GPU memory)",
-    ),
-    "server.mem_fraction_static": (
-        _num(lo=0, hi=1, lo_open=True, hi_open=True),
-        "must be a fraction between 0 and 1 (exclusive), e.g. 0.85, or null for SGLang's default",
-    ),
-    "server.kv_cache_dtype": (
-        _choice(KV_CACHE_DTYPES),
-        "must be one of " + choices_text(KV_CACHE_DTYPES),
-    ),
-    "server.speculative.algorithm": (
-        _choice(SPECULATIVE_ALGORITHMS),
-        "must be one of " + choices_text(SPECULATIVE_ALGORITHMS),
-    ),
-    "server.speculative.draft_model_path": (
-        _str(nonempty=True),
-        "must be a non-empty path or null",
-    ),
-    "server.speculative.num_steps": _POS_INT,
-    "server.speculative.eagle_topk": _POS_INT,
-    "server.speculative.num_draft_tokens": _POS_INT,
-    "server.extra_args[]": (
-        _str(nonempty=True),
-        "must be a non-empty string; quote numbers, e.g. ['--max-running-requests', '48']",
-    ),
-    "runtime.shm_size": (_str(_DOCKER_SIZE), "must be a size as docker writes it, e.g. '32g'"),
-    "runtime.stop_timeout_s": _POS_NUM,
-    "runtime.retain": _NONNEG_INT,
-    "runtime.volumes[].host": (
-        _str(re.compile(r"^/")),
-        "must be an absolute host path, e.g. '/models'",
-    ),
-    "runtime.volumes[].container": (
-        _str(re.compile(r"^/")),
-        "must be an absolute path inside the container, e.g. '/models'",
-    ),
-    "health.deadline_s": _POS_NUM,
-    "health.poll_interval_s": _POS_NUM,
-    "health.request_timeout_s": _POS_NUM,
-    "health.fatal_patterns[]": (_str(nonempty=True), "must be a non-empty regular expression"),
-    "gate.contexts[]": _POS_INT,
-    "gate.output_tokens": _POS_INT,
-    "gate.repeats": _POS_INT,
-    "gate.warmup": _NONNEG_INT,
-    "gate.concurrency": (
-        _int(lo=1),
-        "must be a positive integer, or null for one request at a time",
-    ),
-    "gate.request_timeout_s": _POS_NUM,
-    "gate.seed": _NONNEG_INT,
-    "gate.policy.min_ratio": (
-        _num(lo=0, lo_open=True),
-        "must be a ratio > 0 (candidate tok/s over baseline tok/s; 1.0 = no slower)",
-    ),
-    "gate.policy.objective.min_ratio": (_num(lo=0, lo_open=True), "must be a ratio > 0"),
-    "gate.policy.baseline_max_age_s": _POS_NUM,
-    "gate.policy.max_extra_repeats": _NONNEG_INT,
-    "gate.policy.min_completed_fraction": (
-        _num(lo=0, hi=1, lo_open=True),
-        "must be a fraction in (0, 1], e.g. 1.0",
-    ),
-    "gate.correctness.prompts": _NONNEG_INT,
-    "gate.correctness.tokens": _POS_INT,
-    "gate.correctness.max_mismatched_prompts": _NONNEG_INT,
-    "simulator.speedup": (
-        _num(lo=1),
-        "must be a number >= 1 (how many times faster than real time the simulator runs)",
-    ),
-    "simulator.load_s": _NONNEG_NUM,
-}
+    def both(v: Any) -> str | None:
+        return check(v) or (shell_problem(v) if isinstance(v, str) else None)
 
-#: mappings whose keys are data, not field names: path -> (key rule, value rule, key hint)
-MAPS: dict[str, tuple[Rule, Rule]] = {
-    "server.env": (
-        (_str(_ENV_NAME), "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"),
-        (
-            _str(),
-            "must be a string; quote it in YAML, e.g. '1' (null removes an inherited variable)",
-        ),
-    ),
-    "gate.policy.min_ratio_per_context": (
-        (_int(lo=1), "keys must be context lengths in tokens (positive integers)"),
-        (_num(lo=0, lo_open=True), "must be a ratio > 0"),
-    ),
-    "gate.policy.objective.weights": (
-        (_int(lo=1), "keys must be context lengths in tokens (positive integers)"),
-        (_num(lo=0, lo_open=True), "must be a positive weight (share of traffic)"),
-    ),
-}
+    return judged(both)
+
+
+def pairs(adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False) -> WrapValidator:
+    """A mapping in the file (``{KEY: value}``), a sorted tuple of pairs in the model, so
+    that the resolved profile (and its hash) ignores key order. Problems name the key.
+    ``drop_null``: ``KEY: null`` removes an inherited entry (``server.env``)."""
+
+    def wrap(value: Any, handler: Callable[[Any], Any], info: ValidationInfo) -> Any:
+        if isinstance(value, dict):
+            items = {k: v for k, v in value.items() if not (drop_null and v is None)}
+            checked = adapter.validate_python(items, context=info.context)
+            return handler(tuple(sorted(checked.items())))
+        if from_file(info):
+            raise problem("must be a mapping")
+        return handler(value)  # pairs: a stored or hand-built profile
+
+    return WrapValidator(wrap)
+
+
+def mapping_schema(
+    adapter: TypeAdapter[dict[Any, Any]], *, drop_null: bool = False
+) -> WithJsonSchema:
+    """How a pair field looks in a file: a JSON object, integer keys spelt in digits as
+    JSON writes them, and ``null`` values where they remove an inherited entry."""
+    schema = adapter.json_schema()
+    schema.pop("title", None)
+    if "patternProperties" in schema:  # keys with a pattern: nothing else
+        schema["additionalProperties"] = False
+    else:
+        schema["propertyNames"] = {"pattern": "^[1-9][0-9]*$"}
+    if drop_null:
+        values = schema["patternProperties"]
+        for key, value in values.items():
+            values[key] = {"anyOf": [value, {"type": "null"}]}
+    return WithJsonSchema(schema)
+
+
+GPUS_MESSAGE = "must be 'all' or a list of distinct GPU indices, e.g. [0, 1] ([] for no GPUs)"
+
+
+def _gpus(value: Any, handler: Callable[[Any], Any]) -> Any:
+    if value == "all":
+        return "all"
+    if isinstance(value, (list, tuple)):
+        indices = [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(indices) == len(value) == len(set(indices)):
+            return tuple(indices)
+    raise problem(GPUS_MESSAGE)
+
+
+gpus_rule = WrapValidator(_gpus)
+gpus_schema = WithJsonSchema(
+    {
+        "anyOf": [
+            {"const": "all"},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
+        ]
+    }
+)
+
+#: one problem found by a section's own cross-field rules: (path, message, value)
+Found = tuple[tuple[str | int, ...], str, Any]
+
+
+def report(title: str, found: list[Found]) -> None:
+    """Raise every problem in ``found`` at once, each at its own path."""
+    if found:
+        raise ValidationError.from_exception_data(
+            title,
+            [
+                InitErrorDetails(type=problem(msg), loc=loc, input=value)
+                for loc, msg, value in found
+            ],
+        )
+
+
+def repo_dir_problem(value: str) -> str | None:
+    """Why ``value`` is not a directory inside the repository, or None."""
+    if value.startswith("/") or ".." in value.split("/"):
+        return (
+            "must stay inside the repository: a path relative to its root, without '..', "
+            "e.g. 'kernels'"
+        )
+    if not re.match(REPO_PATH_PATTERN, value):
+        return "must be a plain relative directory (letters, digits, '.', '_', '-', '/')"
+    return None

@@ -1,13 +1,19 @@
-"""A profile as JSON-ready data (``kctl plan --json``, the store) and its content hash."""
+"""A profile as JSON-ready data (``kctl plan --json``, the store), its content hash, the
+profile rebuilt from the store, and the JSON Schema of a profile file."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from pydantic import TypeAdapter, ValidationError
+
+from kctl.errors import StoreError
 from kctl.profile.model import Profile
+
+T = TypeVar("T")
 
 #: bump when the hashed representation changes meaning, so old hashes never collide
 HASH_VERSION = 1
@@ -63,3 +69,53 @@ def content_hash(profile: Profile, *, baseline_hash: str | None = None) -> str:
             del node[leaf]
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+def _known(cls: Any, data: Any) -> Any:
+    """``data`` without the keys ``cls`` no longer has (a store written by another kctl
+    version); nested specs likewise. Keys it lacks take the model's defaults."""
+    if not (dataclasses.is_dataclass(cls) and isinstance(data, dict)):
+        return data
+    import typing
+
+    from kctl.profile.validate import unwrap
+
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            tp = unwrap(hints[f.name])
+            value = data[f.name]
+            if typing.get_origin(tp) is tuple and isinstance(value, list):
+                item = unwrap(typing.get_args(tp)[0])
+                value = [_known(item, v) for v in value]
+            else:
+                value = _known(tp, value)
+            out[f.name] = value
+    return out
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: Any) -> TypeAdapter[Any]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def from_stored(cls: type[T], data: Any) -> T:
+    """A profile (or one of its specs) from its stored form (``dataclasses.asdict`` through
+    JSON, as ``Deployment.profile`` holds it): lists back to tuples, mappings back to
+    specs, fields added since it was stored take their defaults, fields since removed are
+    dropped. The types are checked, the file rules are not: a stored profile is what ran,
+    not a new request to judge."""
+    try:
+        return cast(T, _adapter(cls).validate_python(_known(cls, data)))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise StoreError(
+            f"a stored profile does not fit this kctl's profile model: {where}: {first['msg']}",
+            hint="the store was written by an incompatible kctl; use the kctl that wrote it",
+        ) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 #: Kimi K2's context window (text_config.max_position_embeddings of K2.5/K2.6)
 DEFAULT_CONTEXT_LENGTH = 262144
@@ -98,7 +98,7 @@ class ArgsError(ValueError):
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise ArgsError(message)
 
 

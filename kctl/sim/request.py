@@ -47,11 +47,7 @@ def _int_list(value: Any, what: str) -> list[int]:
     return value
 
 
-def parse_request(body: Any, context_length: int) -> list[GenRequest]:
-    """Validate a ``/generate`` body (SGLang's ``GenerateReqInput`` subset) into one
-    request per prompt; raise :class:`RequestError` (400) with SGLang-like messages."""
-    if not isinstance(body, dict):
-        raise RequestError("request body must be a JSON object")
+def _prompts(body: dict[str, Any]) -> list[list[int]]:
     text, ids = body.get("text"), body.get("input_ids")
     if (text is None) == (ids is None):
         raise RequestError("Either text or input_ids should be provided (exactly one).")
@@ -69,7 +65,11 @@ def parse_request(body: Any, context_length: int) -> list[GenRequest]:
         prompts = [_int_list(ids, "input_ids")]
     if any(not p for p in prompts):
         raise RequestError("the prompt is empty")
-    sp = body.get("sampling_params") or {}
+    return prompts
+
+
+def _sampling(sp: Any) -> tuple[int, float]:
+    """``(max_new_tokens, temperature)`` of a ``sampling_params`` object."""
     if not isinstance(sp, dict):
         raise RequestError("sampling_params must be an object")
     max_new = sp.get("max_new_tokens", 128)
@@ -82,6 +82,17 @@ def parse_request(body: Any, context_length: int) -> list[GenRequest]:
         raise RequestError("sampling_params.temperature must be a number")
     if temperature < 0:
         raise RequestError("sampling_params.temperature must be non-negative")
+    return max_new, float(temperature)
+
+
+def parse_request(body: Any, context_length: int) -> list[GenRequest]:
+    """Validate a ``/generate`` body (SGLang's ``GenerateReqInput`` subset) into one
+    request per prompt; raise :class:`RequestError` (400) with SGLang-like messages."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    prompts = _prompts(body)
+    sp = body.get("sampling_params") or {}
+    max_new, temperature = _sampling(sp)
     stream = bool(body.get("stream", False))
     if stream and len(prompts) > 1:
         raise RequestError("the simulator does not stream batched requests", 400)
@@ -99,7 +110,7 @@ def parse_request(body: Any, context_length: int) -> list[GenRequest]:
             rid=base if len(prompts) == 1 else f"{base}-{i}",
             input_ids=p,
             max_new_tokens=max_new,
-            temperature=float(temperature),
+            temperature=temperature,
             ignore_eos=bool(sp.get("ignore_eos", False)),
             stream=stream,
         )

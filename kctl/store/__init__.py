@@ -6,8 +6,9 @@ results, the *serving* pointer, the known-good deployment per baseline profile h
 and the deploy journal (intent before every host-changing step).
 
 Rules (STYLE rule 9): every write is atomic; the schema is versioned
-(``PRAGMA user_version``); a corrupt, foreign or newer-version file is refused with the
-remedy and never modified.
+(``PRAGMA user_version``); a corrupt, empty, foreign or newer-version file is refused with
+the remedy and never modified. Only a missing file starts a new store, and a new store is
+created whole (built under a temporary name, then linked into place).
 
 Modules: :mod:`.store` (the :class:`Store` API), :mod:`.journal` (its journal methods),
 :mod:`.records` (the dataclasses it returns), :mod:`.connection` (open, create, migrate),

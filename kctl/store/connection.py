@@ -8,7 +8,9 @@ a user can move aside or copy whole.
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import sqlite3
 from pathlib import Path
 
@@ -51,6 +53,40 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory; the link itself is atomic
+    finally:
+        os.close(fd)
+
+
+def _create_file(path: Path) -> None:
+    """Create a new store at ``path``, whole: it is built under a temporary name and linked
+    into place, so ``kctl.db`` never exists half-made. Any empty or schema-less
+    ``kctl.db`` is therefore not kctl's own, and it is refused rather than reused."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        conn = connect(tmp, "rwc")
+        try:
+            _create(conn)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return  # another kctl created it at the same moment: use that one
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            os.replace(tmp, path)  # a filesystem without hard links
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_dir(path.parent)
+
+
 def _upgrade(conn: sqlite3.Connection, path: Path, version: int) -> None:
     # A copy of the old file first: a migration is the one write that rewrites the
     # schema, and the old kctl can still read the copy.
@@ -72,7 +108,8 @@ def _upgrade(conn: sqlite3.Connection, path: Path, version: int) -> None:
 
 def open_writable(state_dir: Path) -> sqlite3.Connection:
     """Open ``<state_dir>/kctl.db`` for reading and writing, creating the directory and
-    the store when missing and migrating an older schema."""
+    the store when the file is missing and migrating an older schema. An existing file
+    must be a kctl store: an empty one is refused like any other damaged file."""
     path = state_dir / DB_NAME
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -80,22 +117,27 @@ def open_writable(state_dir: Path) -> sqlite3.Connection:
         raise _unwritable(state_dir, exc) from exc
     if not os.access(state_dir, os.W_OK | os.X_OK):
         raise _unwritable(state_dir)
-    if path.exists():
-        if not os.access(path, os.R_OK | os.W_OK):
+    if not path.exists():
+        try:
+            _create_file(path)
+        except (OSError, sqlite3.Error) as exc:
             raise StoreError(
-                f"{path}: the state store is not readable and writable by this user",
-                hint="run kctl as the user that owns it, or fix its permissions",
-            )
-        integrity.check_header(path)
+                f"{path}: cannot create the state store ({exc})",
+                hint="check free disk space and the state directory's permissions",
+            ) from exc
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise StoreError(
+            f"{path}: the state store is not readable and writable by this user",
+            hint="run kctl as the user that owns it, or fix its permissions",
+        )
+    integrity.check_header(path)
     try:
-        conn = connect(path, "rwc")
+        conn = connect(path, "rw")
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: cannot open the state store ({exc})") from exc
     try:
         version = integrity.check_contents(conn, path)
-        if version == 0:
-            _create(conn)
-        elif version < schema.SCHEMA_VERSION:
+        if version < schema.SCHEMA_VERSION:
             _upgrade(conn, path, version)
     except sqlite3.OperationalError as exc:
         conn.close()
@@ -116,7 +158,7 @@ def open_read_only(state_dir: Path) -> sqlite3.Connection:
     """Open the store for reading without creating or changing any file. A missing store
     reads as an empty one; an older schema is migrated in a memory copy."""
     path = state_dir / DB_NAME
-    if not path.exists() or path.stat().st_size == 0:
+    if not path.exists():
         conn = _empty_in_memory()
     else:
         if not os.access(path, os.R_OK):
@@ -137,10 +179,7 @@ def open_read_only(state_dir: Path) -> sqlite3.Connection:
         except BaseException:
             conn.close()
             raise
-        if version == 0:
-            conn.close()
-            conn = _empty_in_memory()
-        elif version < schema.SCHEMA_VERSION:
+        if version < schema.SCHEMA_VERSION:
             memory = connect(":memory:", "memory")
             conn.backup(memory)
             conn.close()

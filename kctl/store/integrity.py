@@ -42,11 +42,15 @@ def has_hot_journal(path: Path) -> bool:
 
 def check_header(path: Path) -> None:
     """Raise :class:`StoreCorrupt` unless ``path`` starts with a whole SQLite header and is
-    as long as that header says. An empty file is accepted (SQLite treats it as a new
-    database). Reads only the first 100 bytes."""
+    as long as that header says. Reads only the first 100 bytes.
+
+    An empty file is refused: SQLite would take it for a new database, and kctl would
+    silently start over without the known-good records and the history. kctl creates a
+    store whole (see :func:`kctl.store.connection.open_writable`), so a 0-byte
+    ``kctl.db`` was truncated by something else."""
     size = path.stat().st_size
     if size == 0:
-        return
+        raise corrupt(path, "0 bytes: the file is empty")
     with path.open("rb") as f:
         header = f.read(HEADER_SIZE)
     if len(header) < HEADER_SIZE or not header.startswith(SQLITE_MAGIC):
@@ -68,16 +72,16 @@ def check_header(path: Path) -> None:
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    name = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
+    name: str | None = getattr(exc, "sqlite_errorname", None)  # Python 3.11+
     if name is not None:
         return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
     return not isinstance(exc, sqlite3.OperationalError)
 
 
 def check_contents(conn: sqlite3.Connection, path: Path) -> int:
-    """Run ``PRAGMA quick_check`` and read the schema version. Returns 0 for an empty
-    database (a new store), else the store's schema version; raises :class:`StoreCorrupt`
-    for damage or a foreign SQLite file and :class:`StoreError` for a newer schema."""
+    """Run ``PRAGMA quick_check`` and read the schema version. Returns the store's schema
+    version; raises :class:`StoreCorrupt` for damage, a foreign SQLite file or one without
+    kctl's schema, and :class:`StoreError` for a newer schema."""
     try:
         rows = conn.execute("PRAGMA quick_check").fetchall()
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -93,7 +97,7 @@ def check_contents(conn: sqlite3.Connection, path: Path) -> int:
     if [r[0] for r in rows] != ["ok"]:
         raise corrupt(path, "; ".join(str(r[0]) for r in rows[:3]))
     if app_id == 0 and version == 0 and tables == 0:
-        return 0
+        raise corrupt(path, "an empty SQLite database, without kctl's schema")
     if app_id != schema.APPLICATION_ID:
         raise corrupt(path, "a SQLite database, but not a kctl state store")
     if version > schema.SCHEMA_VERSION:

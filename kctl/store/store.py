@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+
 from kctl.errors import DeploymentNotFound, StoreError
 from kctl.store import connection, schema
 from kctl.store.journal import JournalMixin
@@ -51,6 +53,13 @@ UPDATABLE = frozenset(
         "timings",
     }
 )
+
+
+def _no_unique_id(state: RetryCallState) -> Deployment:
+    raise StoreError(
+        f"could not allocate a unique deployment id in {state.attempt_number} tries",
+        hint="this is a kctl bug; please report it",
+    )
 
 
 class Store(JournalMixin, ResultsMixin):
@@ -193,35 +202,41 @@ class Store(JournalMixin, ResultsMixin):
             raise ValueError(f"unknown deployment status {status!r}")
         record = profile_record(profile)
         started_at, started_ts = self._now()
-        for _ in range(8):
-            did = deployment_id or new_deployment_id(started_ts)
-            try:
-                with self.transaction():
-                    self._conn.execute(
-                        """INSERT INTO deployments (id, kind, profile_name, profile_path,
-                        profile_hash, profile_json, status, runtime, parent_id, baseline_id,
-                        started_at, started_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
-                        (
-                            did,
-                            kind,
-                            str(record["name"]),
-                            str(record["source"]),
-                            str(record["content_hash"]),
-                            to_json(record),
-                            status,
-                            runtime,
-                            parent_id,
-                            baseline_id,
-                            started_at,
-                            started_ts,
-                        ),
-                    )
-            except sqlite3.IntegrityError:
-                if deployment_id is not None:
-                    raise
-                continue  # the random suffix collided within the same second
-            return self.get_deployment(did)
-        raise StoreError("could not allocate a unique deployment id")
+        values = (
+            kind,
+            str(record["name"]),
+            str(record["source"]),
+            str(record["content_hash"]),
+            to_json(record),
+            status,
+            runtime,
+            parent_id,
+            baseline_id,
+            started_at,
+            started_ts,
+        )
+        if deployment_id is not None:
+            return self._insert_deployment(deployment_id, values)
+        # a fresh random suffix when two deployments of the same second collide
+        retrying = Retrying(
+            stop=stop_after_attempt(8),
+            retry=retry_if_exception_type(sqlite3.IntegrityError),
+            retry_error_callback=_no_unique_id,
+        )
+        deployment: Deployment = retrying(
+            lambda: self._insert_deployment(new_deployment_id(started_ts), values)
+        )
+        return deployment
+
+    def _insert_deployment(self, did: str, values: tuple[Any, ...]) -> Deployment:
+        with self.transaction():
+            self._conn.execute(
+                """INSERT INTO deployments (id, kind, profile_name, profile_path,
+                profile_hash, profile_json, status, runtime, parent_id, baseline_id,
+                started_at, started_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
+                (did, *values),
+            )
+        return self.get_deployment(did)
 
     def update_deployment(self, deployment_id: str, **fields: Any) -> Deployment:
         """Change the named fields of a deployment and return it. Accepts status, verdict,

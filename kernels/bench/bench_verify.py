@@ -5,11 +5,15 @@ One run measures, on the same GPU:
   * bf16 mma.sync m16n8k16 throughput (a register-only CuPy/NVRTC microbenchmark),
   * per verify call: our kernel in a CUDA graph and eager, SGLang's Triton extend kernel
     (target-verify arguments) in a graph and eager when its wheel is in kernels/.whl,
+  * the same calls merging in the combine kernel (the two-kernel path) in a graph,
   * the host path of one eager call (Python to launch, the device synchronised before each
-    sample), the same after a 200 us busy-wait (whether the synchronize before a sample
-    slows it), and per call with a layer stack's calls issued back to back.
+    sample), and per call with a layer stack's calls issued back to back,
+  * with --cold-l2 MB, each call after an L2-flushing read (as a model step's weight reads
+    leave L2).
 Each case cycles over distinct per-layer KV pools (>= 4x L2 in total) so the L2 cannot hold
 the KV between calls of the same layer. Times are medians over many repetitions.
+
+    python3 kernels/bench/bench_verify.py [--json out.json] [--cold-l2 128] [--envelope]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -28,7 +33,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from host_path import median_us  # noqa: E402
 from kdtree_mla import api  # noqa: E402
 from kdtree_mla.inputs import make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
@@ -244,18 +248,10 @@ def graph_us(call, n_layers, reps):
     return t
 
 
-def evicted_graph_us(call, evict, n_layers, reps, after=None):
-    """(graph us a layer of `evict(i)` then `call(i)`, graph us a layer of `evict(i)` alone):
-    their difference is `call` after `evict` (bench/code_evict.py: its code cold; L2Keeper: L2
-    flushed). `after()`, if given, runs at the end of every layer in both graphs (l2_discard.py:
-    the call's partials dropped from L2 before the next flush)."""
-
-    def tail():
-        if after is not None:
-            after()
-
-    both = graph_us(lambda i: (evict(i), call(i), tail()), n_layers, reps)
-    return both, graph_us(lambda i: (evict(i), tail()), n_layers, reps)
+def flushed_graph_us(call, flush, n_layers, reps):
+    """Graph us a layer of `call(i)` after `flush()`: graph(flush + call) - graph(flush)."""
+    both = graph_us(lambda i: (flush(), call(i)), n_layers, reps)
+    return both - graph_us(lambda i: flush(), n_layers, reps)
 
 
 class L2Flusher:
@@ -270,48 +266,6 @@ class L2Flusher:
 
     def __call__(self):
         torch.sum(self.buf, 0, out=self.out)
-
-
-# What `--cold-l2-keep` reads back into L2 after the flush, by name: the per-step metadata that
-# every layer shares, the workspace's schedule and sync words, and the layer's q and k_extend
-# (which the kernels just before attention write in a model step).
-KEEP_PARTS = ("meta", "ws", "qk")
-
-
-def kept_tensors(case, parts, i):
-    out = []
-    if "meta" in parts:
-        m = case.meta
-        out += [m.qo_indptr, m.kv_indptr, m.kv_indices, m.custom_mask, m.mask_indptr]
-    if "ws" in parts:
-        out += [case.ws.sync, case.ws.sched, case.ws.tokinfo]
-    if "qk" in parts:
-        out += [case.layers[i].q, case.layers[i].k_extend]
-    return [t for t in out if t is not None]
-
-
-class L2Keeper:
-    """Layer i's L2 flush: the L2Flusher, then the named parts of layer i's inputs read back
-    into L2 (a copy of each into a scratch buffer; none when `parts` is empty), so
-    graph(flush + keep + call) - graph(flush + keep) is the call with only those parts in L2."""
-
-    def __init__(self, flush, case, parts):
-        self.flush, self.case, self.parts = flush, case, parts
-        n = max(
-            (
-                t.numel() * t.element_size()
-                for i in range(case.n_layers)
-                for t in kept_tensors(case, parts, i)
-            ),
-            default=1,
-        )
-        self.scratch = torch.empty(n, dtype=torch.uint8, device="cuda")
-
-    def __call__(self, i):
-        self.flush()
-        for t in kept_tensors(self.case, self.parts, i):
-            b = t.reshape(-1).view(torch.uint8)
-            self.scratch[: b.numel()].copy_(b)
 
 
 def time_modes(call, n_layers, reps):
@@ -339,12 +293,23 @@ def launch_floor_us(n=64, reps=50) -> float:
     return t
 
 
-def host_path_us(case, reps=300, spin_us=0.0):
-    """Median wall time of one eager call, the device synchronised before each sample. With
-    spin_us the thread then busy-waits that long before the call (diagnostic: whether a long
-    synchronize, not the call, makes the sample slow)."""
+def median_us(fn, reps=400, sync=True):
+    """Median wall time of fn() in us, the device synchronised before each sample (sync)."""
+    out = []
+    for _ in range(reps):
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def host_path_us(case, reps=300):
+    """Median wall time of one eager call, the device synchronised before each sample."""
     layer = itertools.cycle(range(case.n_layers))
-    return median_us(lambda: case.ours(next(layer)), reps=reps, spin_us=spin_us)
+    return median_us(lambda: case.ours(next(layer)), reps=reps)
 
 
 def host_burst_us(case, reps=50):
@@ -378,19 +343,16 @@ def prefix_label(row) -> str:
     return f"mixed {min(p)}-{max(p)}" if isinstance(p, list) else str(p)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--wheels", default=os.path.join(os.path.dirname(HERE), ".whl"))
-    ap.add_argument("--no-sweep", action="store_true", help="skip the min_blocks_per_cta sweep")
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default=None, help="write every figure to this file")
+    ap.add_argument("--reps", type=int, default=50, help="repetitions per timing (median)")
     ap.add_argument(
-        "--variants", action="store_true", help="time every compiled kernel variant on every case"
+        "--wheels",
+        default=os.path.join(os.path.dirname(HERE), ".whl"),
+        help="folder holding SGLang's wheel (its Triton kernel is timed side by side)",
     )
     ap.add_argument("--no-triton", action="store_true", help="skip SGLang's Triton kernel")
-    ap.add_argument(
-        "--no-variant-sweep", action="store_true", help="keep the min_blocks sweep, skip variants"
-    )
     ap.add_argument(
         "--envelope",
         action="store_true",
@@ -409,19 +371,7 @@ def main():
         "--force-variant",
         type=int,
         default=0,
-        help="run every case on this _C.VARIANTS index (e.g. sm_120's on an H200); 0: the default",
-    )
-    ap.add_argument(
-        "--served-calls",
-        type=int,
-        default=0,
-        help="start each workspace as if it had served this many fused calls (its count of "
-        "ended CTAs; past 2^32 / SMs is hours into serving)",
-    )
-    ap.add_argument(
-        "--cold-code",
-        action="store_true",
-        help="also time each call with its code cold (bench/code_evict.py's kernel before it)",
+        help="run every case on this _C.VARIANTS index (e.g. _C.VARIANT_SMALL, sm_120's, on an H200); 0: the launcher's choice",
     )
     ap.add_argument(
         "--cold-l2",
@@ -432,36 +382,108 @@ def main():
         "model step's weight reads leave it): graph(read + call) - graph(read)",
     )
     ap.add_argument(
-        "--cold-l2-keep",
-        default="",
-        help="with --cold-l2: read these parts back into L2 after the flush (comma-separated: "
-        + ", ".join(KEEP_PARTS)
-        + "), to tell what of the L2-cold cost they are",
-    )
-    ap.add_argument(
-        "--cold-l2-discard",
-        action="store_true",
-        help="with --cold-l2: also time each call with every line of the workspace's partials "
-        "dropped from L2 after it (bench/l2_discard.py), so the flush after it writes none back: "
-        "graph(read + call + discard) - graph(read + discard)",
-    )
-    ap.add_argument(
         "--num-ctas",
         type=int,
         default=0,
         help="grid size of the main kernel (VerifyWorkspace num_ctas); 0: the SM count",
     )
-    args = ap.parse_args()
-    keep = [x for x in args.cold_l2_keep.split(",") if x]
-    bad = [x for x in keep if x not in KEEP_PARTS]
-    if bad:
-        ap.error(f"--cold-l2-keep: unknown part(s) {', '.join(bad)}; use {', '.join(KEEP_PARTS)}")
-    if keep and not args.cold_l2:
-        ap.error("--cold-l2-keep needs --cold-l2 MB (the read it keeps parts through)")
-    if args.cold_l2_discard and not args.cold_l2:
-        ap.error(
-            "--cold-l2-discard needs --cold-l2 MB (the read that would write the partials back)"
+    args = ap.parse_args(argv)
+    try:
+        pick_cases(args)
+    except ValueError:
+        ap.error(f"--shape: expected B,H,D,PREFIX of integers (got {args.shape})")
+    if args.cases is not None and not all(x.isdigit() for x in args.cases.split(",")):
+        ap.error(f"--cases: expected comma-separated indices (got {args.cases!r})")
+    return args
+
+
+def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
+    """Every figure of one case (a JSON row)."""
+    b, h, d, prefix, *flags = shape
+    case = Case(
+        b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags, num_ctas=args.num_ctas or None
+    )
+    case.ws.force_variant = args.force_variant
+    floor_us = case.kv_bytes / bw * 1e6
+    row = {
+        "B": b,
+        "H": h,
+        "D": d,
+        "prefix": prefix,
+        "pages": "sorted" if flags else "random",
+        "layers": case.n_layers,
+        "kv_bytes": case.kv_bytes,
+        "floor_us": floor_us,
+        "flops": case.flops,
+    }
+    row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
+    if flush is not None:
+        row["ours_graph_cold_l2_us"] = flushed_graph_us(case.ours, flush, case.n_layers, args.reps)
+    if case.kv_bytes <= 200_000 * 1152:
+        from kdtree_mla.ref import verify_attention_ref
+
+        x, m = case.layers[-1], case.meta
+        case.ours(case.n_layers - 1)
+        ref, _ = verify_attention_ref(
+            x.q,
+            x.k_extend,
+            x.v_extend,
+            x.k_buffer,
+            x.v_buffer,
+            m.qo_indptr,
+            m.kv_indptr,
+            m.kv_indices,
+            m.custom_mask,
+            m.mask_indptr,
+            m.sm_scale,
         )
+        out = case.outs[-1].double()
+        row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
+    # The same calls merging in the combine kernel (split_combine: the path of grids wider
+    # than the SM count) instead of the fused merge, side by side.
+    row["fused"] = case.ws.fused
+    case.ws.split_combine = 1
+    row["split_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
+    case.ws.split_combine = 0
+    row["host_us"] = host_path_us(case)
+    row["host_burst_us"] = host_burst_us(case)
+    if triton_fn is not None:
+        try:
+            row["triton_graph_us"], row["triton_eager_us"] = time_modes(
+                lambda i: case.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2)
+            )
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            row["triton_error"] = repr(exc)[:300]
+    row["bw_frac_graph"] = floor_us / row["ours_graph_us"]
+    if mma:
+        row["mma_frac_graph"] = case.flops / (row["ours_graph_us"] * 1e-6) / mma
+    return row
+
+
+def print_table(rows) -> None:
+    print(
+        "\n| B | H | D | prefix | floor us | ours graph us | ours eager us | ours graph, L2 cold us "
+        "| two kernels (graph) us | BW % | mma % | Triton graph us | Triton eager us "
+        "| Triton / ours (graph) | host us | host us, back to back |"
+    )
+    print("|---" * 16 + "|")
+    nan = float("nan")
+    for r in rows:
+        sorted_tag = " sorted" if r["pages"] == "sorted" else ""
+        tri = r.get("triton_graph_us", nan)
+        print(
+            f"| {r['B']} | {r['H']} | {r['D']} | {prefix_label(r)}{sorted_tag} "
+            f"| {r['floor_us']:.1f} | {r['ours_graph_us']:.1f} | {r['ours_eager_us']:.1f} "
+            f"| {r.get('ours_graph_cold_l2_us', nan):.1f} | {r['split_graph_us']:.1f} "
+            f"| {100 * r['bw_frac_graph']:.0f} | {100 * r.get('mma_frac_graph', nan):.1f} "
+            f"| {tri:.0f} | {r.get('triton_eager_us', nan):.0f} "
+            f"| {tri / r['ours_graph_us']:.0f}x | {r['host_us']:.1f} | {r['host_burst_us']:.1f} |"
+        )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from kdtree_mla import _C
 
     props = torch.cuda.get_device_properties(0)
     res = {
@@ -469,22 +491,20 @@ def main():
         "sms": props.multi_processor_count,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "variant": None,
+        "compiled_archs": api.compiled_archs(),
+        "variant": _C.VARIANTS[
+            args.force_variant or _C.variant_for_device(torch.cuda.current_device())
+        ],
+        "forced_variant": args.force_variant,
+        "num_ctas": args.num_ctas or props.multi_processor_count,
         "cases": [],
     }
-    from kdtree_mla import _C
-
-    res["variant"] = _C.VARIANTS[
-        args.force_variant or _C.variant_for_device(torch.cuda.current_device())
-    ]
-    res["forced_variant"] = args.force_variant
-    res["served_calls"] = args.served_calls
-    res["num_ctas"] = args.num_ctas or props.multi_processor_count
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
     print(
-        f"device {props.name} SMs {props.multi_processor_count} variant (stages, smem, pipe, mode) {res['variant']}"
+        f"device {props.name} SMs {props.multi_processor_count} variant "
+        f"(stages, smem, pipe, mode, load warps) {res['variant']}"
     )
     print(
         f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "
@@ -502,171 +522,19 @@ def main():
     res["triton"] = triton_note
     print(f"triton: {triton_note}", flush=True)
 
-    evict = None
-    if args.cold_code:
-        from code_evict import CodeEvictor
-
-        evict = CodeEvictor(trigger=True)
     flush = L2Flusher(args.cold_l2) if args.cold_l2 else None
     res["cold_l2_mb"] = args.cold_l2
-    res["cold_l2_keep"] = keep
     picked = None if args.cases is None else {int(x) for x in args.cases.split(",")}
     res["case_list"] = "shape" if args.shape else "envelope" if args.envelope else "default"
-    for ci, (b, h, d, prefix, *flags) in enumerate(pick_cases(args)):
+    for ci, shape in enumerate(pick_cases(args)):
         if picked is not None and ci not in picked:
             continue
-        case = Case(
-            b,
-            h,
-            d,
-            prefix,
-            seed=ci + 1,
-            sorted_pages="sorted" in flags,
-            num_ctas=args.num_ctas or None,
-        )
-        case.ws.force_variant = args.force_variant
-        case.ws.sync[0] = args.served_calls * case.ws.num_ctas
-        floor_us = case.kv_bytes / bw * 1e6
-        row = {
-            "B": b,
-            "H": h,
-            "D": d,
-            "prefix": prefix,
-            "pages": "sorted" if flags else "random",
-            "layers": case.n_layers,
-            "kv_bytes": case.kv_bytes,
-            "floor_us": floor_us,
-            "flops": case.flops,
-        }
-        row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
-        if evict is not None:
-            # Code cold, as a model step's other kernels leave it: graph(evictor + ours) -
-            # graph(evictor) a layer (the evictor lets ours launch at once, as PDL allows).
-            both, alone = evicted_graph_us(case.ours, lambda i: evict(), case.n_layers, args.reps)
-            row["ours_graph_cold_code_us"] = both - alone
-        if flush is not None:
-            keeper = L2Keeper(flush, case, keep)
-            both, alone = evicted_graph_us(case.ours, keeper, case.n_layers, args.reps)
-            row["ours_graph_cold_l2_us"] = both - alone
-            if args.cold_l2_discard:
-                from l2_discard import L2Discard
-
-                drop = L2Discard([case.ws.partial_o, case.ws.partial_lse])
-                both, alone = evicted_graph_us(
-                    case.ours, keeper, case.n_layers, args.reps, after=drop
-                )
-                row["ours_graph_cold_l2_discard_us"] = both - alone
-        if case.kv_bytes <= 200_000 * 1152:
-            from kdtree_mla.ref import verify_attention_ref
-
-            x, m = case.layers[-1], case.meta
-            case.ours(case.n_layers - 1)
-            ref, _ = verify_attention_ref(
-                x.q,
-                x.k_extend,
-                x.v_extend,
-                x.k_buffer,
-                x.v_buffer,
-                m.qo_indptr,
-                m.kv_indptr,
-                m.kv_indices,
-                m.custom_mask,
-                m.mask_indptr,
-                m.sm_scale,
-            )
-            out = case.outs[-1].double()
-            row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
-        # The same calls merging in the combine kernel (split_combine) instead of the fused
-        # merge, side by side; then that path's main kernel alone and combine alone (diagnostic
-        # launch_parts), a graph each.
-        row["fused"] = case.ws.fused
-        case.ws.split_combine = 1
-        row["split_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
-        for parts, key in ((1, "main_only_graph_us"), (2, "combine_only_graph_us")):
-            case.ws.launch_parts = parts
-            row[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
-        case.ws.launch_parts = 3
-        case.ws.split_combine = 0
-        if args.variants or (
-            not args.no_sweep
-            and not args.no_variant_sweep
-            and h == 8
-            and max(case.prefixes) >= 23000
-        ):
-            from kdtree_mla import _C as _c
-
-            variants = {}
-            for v in range(1, len(_c.VARIANTS)):
-                case.ws.force_variant = v
-                stages, _, pipe, mode, loaders = _c.VARIANTS[v]
-                if mode & 8:  # traced diagnostic: bench/trace_verify.py times it
-                    continue
-                key = f"stages{stages}{'_pipe' if pipe else ''}"
-                key += {0: "", 2: "_loadonly", 4: "_mathonly"}[mode]
-                key += f"_{loaders}lw" if loaders > 1 else ""
-                try:
-                    variants[key] = time_modes(case.ours, case.n_layers, args.reps)[0]
-                except (RuntimeError, ValueError) as exc:
-                    variants[key] = repr(exc)[:120]
-            case.ws.force_variant = args.force_variant
-            row["variant_sweep_graph_us"] = variants
-        if not args.no_sweep and b == 1 and h == 8:
-            sweep = {}
-            default_mb = case.ws.min_blocks_per_cta
-            for mb in (1, 2, 4, 8):
-                case.ws.min_blocks_per_cta = mb
-                sweep[mb] = time_modes(case.ours, case.n_layers, args.reps)[0]
-            case.ws.min_blocks_per_cta = default_mb
-            row["min_blocks_sweep_graph_us"] = sweep
-        row["host_us"] = host_path_us(case)
-        row["host_after_spin_us"] = host_path_us(case, spin_us=200.0)
-        row["host_burst_us"] = host_burst_us(case)
-        if triton_fn is not None:
-            try:
-                row["triton_graph_us"], row["triton_eager_us"] = time_modes(
-                    lambda i, c=case: c.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2)
-                )
-            except Exception as exc:  # noqa: BLE001 - reported, not hidden
-                row["triton_error"] = repr(exc)[:300]
-        row["bw_frac_graph"] = floor_us / row["ours_graph_us"]
-        if mma:
-            row["mma_frac_graph"] = case.flops / (row["ours_graph_us"] * 1e-6) / mma
+        row = time_case(args, ci, shape, bw, mma, flush, triton_fn)
         res["cases"].append(row)
         print(json.dumps(row), flush=True)
-        case = None  # free this case's pools before the next
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # free this case's pools before the next
 
-    print(
-        "\n| B | H | D | prefix | floor us | ours graph us | two kernels | main only | combine only | ours eager us | "
-        "host us | BW frac (graph) | mma frac | triton graph us | triton eager us | ours graph, code cold us | "
-        "host us, 200 us spin first | host us a call, back to back | ours graph, L2 cold us | "
-        "L2 cold, partials dropped after us |"
-    )
-    variant_keys = sorted({k for r in res["cases"] for k in r.get("variant_sweep_graph_us", {})})
-    for r in res["cases"]:
-        print(
-            f"| {r['B']} | {r['H']} | {r['D']} | {prefix_label(r)}{' sorted' if r['pages'] == 'sorted' else ''} | {r['floor_us']:.1f} | "
-            f"{r['ours_graph_us']:.1f} | {r['split_graph_us']:.1f} | "
-            f"{r['main_only_graph_us']:.1f} | "
-            f"{r['combine_only_graph_us']:.1f} | "
-            f"{r['ours_eager_us']:.1f} | {r['host_us']:.1f} | "
-            f"{r['bw_frac_graph']:.2f} | {r.get('mma_frac_graph', float('nan')):.2f} | "
-            f"{r.get('triton_graph_us', float('nan')):.1f} | {r.get('triton_eager_us', float('nan')):.1f} | "
-            f"{r.get('ours_graph_cold_code_us', float('nan')):.1f} | "
-            f"{r.get('host_after_spin_us', float('nan')):.1f} | {r.get('host_burst_us', float('nan')):.1f} | "
-            f"{r.get('ours_graph_cold_l2_us', float('nan')):.1f} | "
-            f"{r.get('ours_graph_cold_l2_discard_us', float('nan')):.1f} |"
-        )
-    if variant_keys:
-        print("\n| B | H | D | prefix | " + " | ".join(variant_keys) + " |")
-        for r in res["cases"]:
-            sw = r.get("variant_sweep_graph_us", {})
-            cells = [f"{sw[k]:.1f}" if isinstance(sw.get(k), float) else "-" for k in variant_keys]
-            print(
-                f"| {r['B']} | {r['H']} | {r['D']} | {prefix_label(r)} | "
-                + " | ".join(cells)
-                + " |"
-            )
+    print_table(res["cases"])
     # 1: fused (cooperative) launches use PDL; 2: the driver refused the pair (no PDL).
     res["fused_pdl"] = _C.fused_pdl(torch.cuda.current_device())
     print(f"fused launches with PDL: {res['fused_pdl']}")

@@ -7,7 +7,7 @@
 // exceptions.)
 // The per-call entry point, verify_fwd, is a plain CPython METH_FASTCALL function rather than a
 // pybind11 one: it runs on every layer of every eager step, and pybind11's dispatch of its 14
-// arguments cost more than the checks themselves (docs/kernel-history.md, session 12).
+// arguments cost more than the checks themselves (research/kernel-history.md).
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -414,6 +414,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("variant_for_device", &kdtree_mla::variant_for_device,
         "kernel variant (index into VARIANTS) the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;
+  // TORCH_CUDA_ARCH_LIST at build time (setup.py passes it as a definition: the build writes
+  // no file into the source tree); kdtree_mla.api.compiled_archs() parses it.
+#ifdef KDTREE_ARCH_LIST
+  m.attr("ARCH_LIST") = KDTREE_ARCH_LIST;
+#else
+  m.attr("ARCH_LIST") = "";
+#endif
+  m.attr("DIAG") = kdtree_mla::kDiagBuild;  // built with KDTREE_DIAG=1: diagnostic variants too
+  m.attr("VARIANT_SMALL") = kdtree_mla::kVariantSmall;  // the launcher's picks (VARIANTS indices)
+  m.attr("VARIANT_LARGE") = kdtree_mla::kVariantLarge;
   m.attr("TRACE_ROWS") = kdtree_mla::kTraceRows;  // traced variants (diagnostic): trace buffer shape
   m.attr("TRACE_SLOTS") = kdtree_mla::kTraceSlots;
   m.attr("TRACE_COMBINE_ROW") = kdtree_mla::kTraceCombineRow;

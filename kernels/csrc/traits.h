@@ -72,11 +72,20 @@ constexpr size_t verify_smem_bytes(int stages, bool pipe) {
 // sm_120 (RTX PRO 6000 Blackwell) opt-in limit per block.
 constexpr size_t kSm120SmemLimit = 101376;
 
+// Diagnostic kernel variants (loads only, math only, traced, and the alternative pipeline
+// shapes) are compiled only with -DKDTREE_DIAG=1 (setup.py: KDTREE_DIAG=1 in the environment);
+// the default build holds the two variants the launcher picks.
+#ifndef KDTREE_DIAG
+#define KDTREE_DIAG 0
+#endif
+constexpr bool kDiagBuild = KDTREE_DIAG != 0;
+
 // Compiled main-kernel variants. The launcher uses the larger default when it fits the
 // device's smem opt-in limit, else the smaller one (sm_120); VerifyParams.force_variant
-// overrides (benchmarks, tests). Modes 2 and 4 are benchmark diagnostics with wrong output:
-// loads only (the math warps skip the math) and math only (the load warp copies nothing).
-// Mode 8 (correct output) also writes timestamps to VerifyParams::trace (bench/trace_verify.py).
+// overrides (benchmarks, tests). Entry 0 is "none fits" (no kernel). In the diagnostic build,
+// modes 2 and 4 are benchmark diagnostics with wrong output: loads only (the math warps skip the
+// math) and math only (the load warp copies nothing); mode 8 (correct output) also writes
+// timestamps to VerifyParams::trace (research/kernel-lab/bench/trace_verify.py).
 struct KernelVariant {
   int stages;
   bool pipe;    // S of block i+1 overlapped with the softmax of block i (needs >= 3 stages)
@@ -87,12 +96,24 @@ struct KernelVariant {
 // The same as a compile-time constant, for the kernel and its launch.
 template <int kLoaders>
 constexpr int kMainThreads = KernelVariant{0, false, 0, kLoaders}.threads();
+#if KDTREE_DIAG
 constexpr KernelVariant kVariants[] = {{0, false, 0, 1},  {2, false, 0, 1}, {4, true, 0, 1},   {3, false, 0, 1},
                                        {5, false, 0, 1},  {4, true, 2, 1},  {4, true, 4, 1},   {4, true, 8, 1},
                                        {4, true, 0, 2},   {2, false, 0, 2}, {3, false, 8, 2},  {3, false, 0, 2},
                                        {3, false, 2, 2},  {3, false, 4, 2}};
 constexpr int kNumVariants = 14;
+constexpr int kVariantSmall = 9;
+constexpr int kVariantLarge = 11;
+#else
+// Production: 2 stages (sm_120's 99 KB) and 3 stages (the H200), both with two load warps.
+constexpr KernelVariant kVariants[] = {{0, false, 0, 1}, {2, false, 0, 2}, {3, false, 0, 2}};
+constexpr int kNumVariants = 3;
+constexpr int kVariantSmall = 1;
+constexpr int kVariantLarge = 2;
+#endif
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kNumVariants, "kNumVariants counts kVariants");
+static_assert(kVariants[kVariantSmall].mode == 0 && kVariants[kVariantLarge].mode == 0,
+              "the launcher's variants compute the output");
 constexpr int kModeTrace = 8;
 // Trace layout (unsigned 64-bit): row r holds kTraceSlots values, the first half %globaltimer
 // (ns), the second half clock64 of the same points. Rows 0.. are main-kernel CTAs, rows
@@ -102,8 +123,6 @@ constexpr int kTraceSmidSlot = 28;  // the SM a row's CTA ran on (globaltimer ha
 constexpr int kTraceCombineRow = 1024;
 constexpr int kTraceCombineCtas = 256;
 constexpr int kTraceRows = kTraceCombineRow + kTraceCombineCtas;
-constexpr int kVariantSmall = 9;
-constexpr int kVariantLarge = 11;
 constexpr size_t variant_smem_bytes(int v) { return verify_smem_bytes(kVariants[v].stages, kVariants[v].pipe); }
 constexpr int variant_for_optin(size_t optin) {
   return optin >= variant_smem_bytes(kVariantLarge)   ? kVariantLarge

@@ -98,7 +98,7 @@ struct Request {
 // Request b's geometry. kFront: the mask pointer is loaded from a valid address with or without
 // a mask (qo_indptr stands in), so that its load goes out with the other four; behind
 // `p.mask != nullptr` it was issued only once they had landed, a second round trip on the
-// front of every call (session 15). Only the front takes that form: in the walk's next() the
+// front of every call. Only the front takes that form: in the walk's next() the
 // other form keeps the block loop's code as it was (the hoisted one there cost 2% at H = 64).
 template <bool kFront = false>
 __device__ __forceinline__ Request load_request(const VerifyParams& p, int b) {
@@ -314,7 +314,7 @@ __device__ __forceinline__ int merge_ticket(unsigned long long* sync, int num_ct
 // Schedule plans (fused calls with B = 1). Every layer of a model step passes the same index
 // pointers, and a CTA's schedule and the start of its walk are a function of those and of a few
 // launch values. Working them out takes the load warps ~1 us of code between the index
-// pointers landing and their first index copies (session 15's trace), on every call. So each
+// pointers landing and their first index copies (a trace's reading), on every call. So each
 // CTA keeps in the workspace (`sync`, kPlanWords words a CTA after the merge-ticket word) what
 // it worked out together with everything it depends on, and a call whose request and launch
 // values are the same takes it instead. The key is compared whole, so a plan can only be taken
@@ -428,10 +428,10 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
 // L2 policy that evicts these lines after any others (sm_80+): the partials, which every call
 // rewrites in place. Their merge reads them with it, and the lines it hits keep it, so they
 // stay in L2 until the next call rewrites them there (measured: with it, dropping the partials
-// from L2 after the call, bench/l2_discard.py, saves nothing more). Without it, the reads of
+// from L2 after the call, research/kernel-lab/bench/l2_discard.py, saves nothing more). Without it, the reads of
 // the kernels between two calls of a model step (a 128 MB read in the bench's L2-cold column)
 // evicted them dirty and L2 wrote them back to DRAM: 2.9-4.2 MB a B = 1 call that nothing reads
-// again, 0.9-1.7 us a call L2 cold (session 21). At most two slots a CTA (8.4 MB on 132 SMs) are
+// again, 0.9-1.7 us a call L2 cold. At most two slots a CTA (8.4 MB on 132 SMs) are
 // held this way.
 __device__ __forceinline__ uint64_t l2_evict_last() {
   uint64_t policy;

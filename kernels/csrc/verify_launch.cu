@@ -177,8 +177,10 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const unsigned gx = static_cast<unsigned>(groups < 65535 ? groups : 65535);
   // The combine grid may be scheduled while the main grid drains (PDL); it blocks on
   // griddepcontrol.wait until the main grid's writes are visible.
-  auto combine = kVariants[v].mode & kModeTrace ? detail::verify_combine_kernel<true>
-                                                : detail::verify_combine_kernel<false>;
+  auto combine = detail::verify_combine_kernel<false>;
+  if constexpr (kDiagBuild) {  // the traced combine kernel exists in the diagnostic build only
+    if (kVariants[v].mode & kModeTrace) combine = detail::verify_combine_kernel<kDiagBuild>;
+  }
   return launch(combine, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, pc, pdl);
 }
 

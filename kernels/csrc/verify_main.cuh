@@ -12,15 +12,15 @@
 // every element, one row a lane; the pool indices of prefix tokens reach a shared ring by
 // cp.async kIdxAhead blocks earlier (each lane fetches its own row's). KV rows are copied with
 // an evict-first L2 policy, so that the call's stream does not push out what is read again
-// (session 20: B=1 91k -2.8 us back to back, batches of 64 and 256 requests 5-6% with L2
-// flushed; docs/kernel-history.md). The fused merge reads the partials with an evict-last policy
+// (B=1 91k -2.8 us back to back, batches of 64 and 256 requests 5-6% with L2 flushed;
+// research/kernel-history.md). The fused merge reads the partials with an evict-last policy
 // (verify_merge.cuh), so they stay in L2 between calls instead of being written back to DRAM
-// when other kernels evict them (session 21: -0.9 to -1.7 us a B = 1 call with L2 flushed).
+// when other kernels evict them (-0.9 to -1.7 us a B = 1 call with L2 flushed).
 // Why separate load warps: when every warp issued its share of 16-byte cp.async copies, the
 // math warps stalled behind their own copy instructions and loads and math did not overlap.
 // Why two: a bulk copy takes uniform operands, so a warp's 32 per-lane copies issue one at a
-// time (~1 us a stage), which left the math warps waiting for data at B=8 (session 3's trace
-// and Nsight Compute; docs/kernel-history.md has the measurements).
+// time (~1 us a stage), which left the math warps waiting for data at B=8 (a trace and Nsight
+// Compute; research/kernel-history.md has the measurements).
 //
 // Math warps: warp w takes row half mi = w & 1 and k-group kg = w >> 1 of S = Q K^T over the
 // block's 32 tokens (its Q fragments, 16 x 144, stay in registers for the piece); the four
@@ -96,10 +96,10 @@ struct PieceWalk {
 // Merge tickets: when a piece is the call's only segment, cut into n >= kTicketMinParts parts
 // (B = 1 with at most 32 rows, from ~5.7k on 132 SMs), its merge is done in n - kTicketSkip
 // slices, taken by the first CTAs whose last block lands (verify_common.cuh merge_ticket):
-// the last ones, most often on the slow SMs (docs/kernel-history.md, session 6), publish
+// the last ones, most often on the slow SMs (research/kernel-history.md), publish
 // and leave. A slice is computed the same way whoever takes it, so the output does not depend
 // on the order. Below kTicketMinParts parts the larger slices cost more than the last CTAs'
-// merge (session 8).
+// merge.
 __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch, int n) {
   return w.seg_start == 0 && w.seg_units == sch.total_units && !(w.unit_lo == 0 && w.unit_hi == w.seg_units) &&
          n >= T::kTicketMinParts;
@@ -110,7 +110,7 @@ __device__ __forceinline__ bool ticketed(const PieceWalk& w, const Schedule& sch
 // set to -inf before any use, so their P and O are 0 and no other row reads them. Filling them
 // with copies of one row instead made every CTA read that row up to 25 times at kernel start
 // (B=1 D=1: 24 of 32 rows), and those reads of the same lines by every CTA took the first Q tile
-// ~8 us to land (session 19).
+// ~8 us to land.
 __device__ __forceinline__ int q_tile_rows(const Request& req, int row0) {
   return min(req.rows - row0, T::kBlockM);
 }
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // `stream`: KV rows, which the call reads from DRAM once (other M-tiles' CTAs may read them
     // again soon after), copied with the evict-first L2 policy; the Q tile, which every CTA of
     // the request reads, keeps the normal one. (Evict-first KV was faster than the normal
-    // policy for requests of several M-tiles too: session 20, item 4.)
+    // policy for requests of several M-tiles too.)
     auto put = [&](const __nv_bfloat16* src, int rows, bool stream) {
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
@@ -559,8 +559,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       v[3] = x.w * p.scale_log2;
       // Masking, in one branch uniform over the CTA: only the blocks past the plain prefix
       // blocks (the piece's end, draft columns) have columns to mask. (Per column, the test
-      // compiled to four convergence regions a block, ~3.5% of all stall samples in
-      // session 7's Nsight Compute profile of H=64.)
+      // compiled to four convergence regions a block, ~3.5% of all stall samples in an
+      // Nsight Compute profile of H=64.)
       if (blk >= plain_blocks) {
         const int kbase = tok_lo + blk * T::kBlockN + sm_col;
 #pragma unroll

@@ -36,11 +36,12 @@ prefix tokens for request b. Draft K/V are read from ``k_extend`` (V being its f
 columns) and prefix K/V from ``k_buffer`` (V being its first 512 columns), exactly as MLA
 defines them; ``v_extend``/``v_buffer`` are checked for shape, dtype and device only.
 
-``verify_attention`` is the same call with keyword names, for new code.
+``verify_attention(params)`` is the same call for new code: one :class:`VerifyParams` value (the
+tensors and scalars of one call, by name, as the C++ side's ``VerifyParams``).
 
 Availability: ``load()`` imports the extension or raises ImportError with the reason;
-``compiled_archs()`` lists the architectures it was built for; ``device_supported(device)``
-returns (ok, reason) and never raises.
+``compiled_archs()`` lists the architectures it was built for (the extension's ``ARCH_LIST``);
+``device_supported(device)`` returns (ok, reason) and never raises.
 
 Per-step work: none is needed. Each call is one kernel launch (a cooperative split-KV kernel
 that merges its own partials) where the grid fits one CTA per SM, else two (main kernel, LSE
@@ -58,6 +59,7 @@ before anything is launched; a CUDA launch error raises ``RuntimeError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -69,6 +71,7 @@ __all__ = [
     "HEAD_DIM_V",
     "MAX_DRAFT",
     "SUPPORTED_HEADS",
+    "VerifyParams",
     "VerifyWorkspace",
     "extend_attention_fwd",
     "verify_attention",
@@ -124,13 +127,14 @@ def _parse_arch_list(arch_list: str) -> list[str]:
 
 
 def compiled_archs() -> list[str]:
-    """Architectures the installed extension was built for, e.g. ["sm_90", "sm_120"] (from
-    TORCH_CUDA_ARCH_LIST at build time); [] when no build information is present."""
+    """Architectures the installed extension was built for, e.g. ["sm_90", "sm_120"] (its
+    TORCH_CUDA_ARCH_LIST at build time, compiled into it); [] when it is not built or does not
+    load."""
     try:
-        from kdtree_mla._build_info import TORCH_CUDA_ARCH_LIST  # noqa: PLC0415
+        ext = _load_ext()
     except ImportError:
         return []
-    return _parse_arch_list(TORCH_CUDA_ARCH_LIST)
+    return _parse_arch_list(getattr(ext, "ARCH_LIST", ""))
 
 
 def device_supported(device: torch.device | str | int | None = None) -> tuple[bool, str]:
@@ -288,7 +292,8 @@ class VerifyWorkspace:
     @property
     def trace(self) -> torch.Tensor | None:
         """Diagnostic: the int64 [TRACE_ROWS, TRACE_SLOTS] buffer the traced kernel variant
-        (``_C.VARIANTS`` mode 8) writes timestamps to; see kernels/bench/trace_verify.py."""
+        (``_C.VARIANTS`` mode 8, ``KDTREE_DIAG=1`` builds only) writes timestamps to; see
+        research/kernel-lab/bench/trace_verify.py."""
         return self._trace
 
     @trace.setter
@@ -320,77 +325,43 @@ class VerifyWorkspace:
         return sum(t.numel() * t.element_size() for t in bufs)
 
 
-def _launch(
-    q,
-    k_extend,
-    v_extend,
-    out,
-    k_buffer,
-    v_buffer,
-    qo_indptr,
-    kv_indptr,
-    kv_indices,
-    custom_mask,
-    mask_indptr,
-    sm_scale,
-    lse,
-    workspace,
-):
+class VerifyParams(NamedTuple):
+    """One verify call's arguments (module docstring for shapes and meanings), in the order the
+    extension's ``verify_fwd`` takes them.
+
+    A NamedTuple rather than a dataclass: it is built on every layer of every eager step, and
+    it is immutable, names its fields and unpacks straight into the extension's positional
+    fast-call entry point, at a third of a frozen dataclass's construction cost.
+    """
+
+    q: torch.Tensor
+    k_extend: torch.Tensor
+    v_extend: torch.Tensor
+    o_extend: torch.Tensor
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    custom_mask: torch.Tensor | None
+    mask_indptr: torch.Tensor | None
+    sm_scale: float
+    lse: torch.Tensor | None
+    workspace: VerifyWorkspace
+
+
+def _launch(p: VerifyParams) -> None:
     # Hot path (every layer of every verify step): one call into the extension, which checks
     # every tensor (against the workspace's declared T and H too) and raises
     # ValueError/TypeError/RuntimeError itself.
-    (_EXT or _load_ext()).verify_fwd(
-        q,
-        k_extend,
-        v_extend,
-        out,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        mask_indptr,
-        sm_scale,
-        lse,
-        workspace._handle or workspace._make_handle(),
-    )
+    ws = p.workspace
+    (_EXT or _load_ext()).verify_fwd(*p[:-1], ws._handle or ws._make_handle())
 
 
-def verify_attention(
-    *,
-    q: torch.Tensor,
-    k_extend: torch.Tensor,
-    v_extend: torch.Tensor,
-    out: torch.Tensor,
-    k_buffer: torch.Tensor,
-    v_buffer: torch.Tensor,
-    qo_indptr: torch.Tensor,
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor,
-    custom_mask: torch.Tensor | None,
-    mask_indptr: torch.Tensor | None,
-    sm_scale: float,
-    workspace: VerifyWorkspace,
-    lse: torch.Tensor | None = None,
-) -> None:
-    """Target-verify MLA attention; see the module docstring for shapes and meanings."""
-    _launch(
-        q,
-        k_extend,
-        v_extend,
-        out,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        mask_indptr,
-        sm_scale,
-        lse,
-        workspace,
-    )
+def verify_attention(params: VerifyParams) -> None:
+    """Target-verify MLA attention of one call; see the module docstring for shapes and
+    meanings (``params.lse``: the optional [T, H] float32 LSE output, or None)."""
+    _launch(params)
 
 
 def extend_attention_fwd(
@@ -427,18 +398,20 @@ def extend_attention_fwd(
     if custom_mask is None and not is_causal:
         raise ValueError("custom_mask=None needs is_causal=True (draft tokens are then a chain)")
     _launch(
-        q_extend,
-        k_extend,
-        v_extend,
-        o_extend,
-        k_buffer,
-        v_buffer,
-        qo_indptr,
-        kv_indptr,
-        kv_indices,
-        custom_mask,
-        mask_indptr,
-        _DEFAULT_SCALE if sm_scale is None else sm_scale,
-        lse_extend,
-        workspace,
+        VerifyParams(
+            q_extend,
+            k_extend,
+            v_extend,
+            o_extend,
+            k_buffer,
+            v_buffer,
+            qo_indptr,
+            kv_indptr,
+            kv_indices,
+            custom_mask,
+            mask_indptr,
+            _DEFAULT_SCALE if sm_scale is None else sm_scale,
+            lse_extend,
+            workspace,
+        )
     )

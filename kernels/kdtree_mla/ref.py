@@ -1,10 +1,10 @@
 """Reference implementation and input helpers (pure torch; runs on the CPU).
 
 ``verify_attention_ref`` computes exactly what the kernel computes, in float64 by default,
-from the same arguments as :func:`kdtree_mla.api.verify_attention`. The mask helpers build the
-SGLang tree-mask layout: request b's mask is ``[D_b, P_b + D_b]`` row-major, starting at
-``mask_indptr[b]``; prefix columns are all visible; draft column j is visible to draft row i
-when j is i or an ancestor of i.
+from the inputs of a :class:`kdtree_mla.api.VerifyParams` (all but the outputs and the
+workspace). The mask helpers build the SGLang tree-mask layout: request b's mask is
+``[D_b, P_b + D_b]`` row-major, starting at ``mask_indptr[b]``; prefix columns are all visible;
+draft column j is visible to draft row i when j is i or an ancestor of i.
 """
 
 from __future__ import annotations

@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
-# Final device batch for a kernel change: build, kernel GPU tests, benchmark (with SGLang's
-# Triton kernel and every variant), SGLang integration GPU tests and the 61-layer step bench.
-# Usage (repo root on the device machine; carry .whl and kernels/.whl for the SGLang wheels):
+# The device batch for a kernel change, on a CUDA machine, from the repository root:
+# build the extension in place, run the GPU tests (kernel and SGLang integration), the kernel
+# benchmark (SGLang's Triton path side by side) and the 61-layer SGLang step bench.
 #   bash kernels/scripts/device_validate.sh
+# Needs torch and triton installed, SGLang's wheels in .whl/ (0.5.10: integration tests, step
+# bench) and kernels/.whl/ (0.5.5: the benchmark's Triton path):
+#   pip download --no-deps sglang==0.5.10 -d .whl; pip download --no-deps sglang==0.5.5 -d kernels/.whl
+# Logs and JSON go to $OUT (default ./_device_out). Knobs: TORCH_CUDA_ARCH_LIST (9.0),
+# KDTREE_DIAG (0), BENCH_ARGS ("--reps 30 --cold-l2 128"), STEP_REPS (10), SKIP_BENCH=1,
+# SKIP_STEP=1, and BUILD_TIMEOUT / TEST_TIMEOUT / BENCH_TIMEOUT / STEP_TIMEOUT in seconds.
 set -u -o pipefail
-OUT=${OUT:-$PWD/_device_out}
-export OUT PYTHONUNBUFFERED=1
-BENCH_ARGS=${BENCH_ARGS:-"--reps 30 --variants"} BENCH_TIMEOUT=${BENCH_TIMEOUT:-300} \
-  bash kernels/scripts/device_run.sh 2>&1 | grep -v '^{' | tail -40
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$REPO/_device_out}
+mkdir -p "$OUT"
+cd "$REPO"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
 t0=$(date +%s)
-timeout ${SGLANG_TEST_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider kernels/tests/gpu/test_sglang_gpu.py kernels/tests/test_sglang_*.py \
-  > "$OUT/sglang_tests.log" 2>&1
-echo "sglang tests rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/sglang_tests.log")"
-timeout ${STEP_TIMEOUT:-240} python3 kernels/bench/bench_sglang_step.py --reps ${STEP_REPS:-20} --json "$OUT/sglang_step.json" \
-  > "$OUT/sglang_step.log" 2>&1
-echo "sglang step bench rc=$? at $(( $(date +%s) - t0 )) s"
-tail -8 "$OUT/sglang_step.log"
+lap() { echo "$1 at $(( $(date +%s) - t0 )) s"; }
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nvcc --version | tail -1
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1 | tee "$OUT/env.log"
+
+(cd kernels && timeout "${BUILD_TIMEOUT:-420}" python3 setup.py build_ext --inplace) > "$OUT/build.log" 2>&1
+rc=$?; lap "build rc=$rc"; tail -3 "$OUT/build.log"
+[ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
+
+timeout "${TEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -p no:cacheprovider -m gpu -rs kernels/tests \
+  > "$OUT/gpu_tests.log" 2>&1
+lap "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  timeout "${BENCH_TIMEOUT:-300}" python3 kernels/bench/bench_verify.py --json "$OUT/bench.json" \
+    ${BENCH_ARGS:---reps 30 --cold-l2 128} > "$OUT/bench.log" 2>&1
+  lap "bench rc=$?"; grep -v '^{' "$OUT/bench.log" | tail -20
+fi
+
+if [ "${SKIP_STEP:-0}" != 1 ]; then
+  timeout "${STEP_TIMEOUT:-240}" python3 kernels/bench/bench_sglang_step.py --reps "${STEP_REPS:-10}" \
+    --json "$OUT/sglang_step.json" > "$OUT/sglang_step.log" 2>&1
+  lap "sglang step bench rc=$?"; tail -8 "$OUT/sglang_step.log"
+fi

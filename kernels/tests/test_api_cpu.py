@@ -1,9 +1,16 @@
 """API-level checks that need no GPU: import, documented signature, workspace validation."""
 
 import inspect
+import pathlib
+import re
 
 import pytest
-from kdtree_mla import api
+
+pytest.importorskip("torch", reason="kdtree_mla.api imports torch (pip install torch)")
+
+from kdtree_mla import api  # noqa: E402
+
+CSRC = pathlib.Path(api.__file__).parents[1] / "csrc"
 
 
 def test_extend_attention_fwd_signature_matches_sglang_0_5_5_order():
@@ -48,10 +55,7 @@ def test_workspace_rejects_bad_limits_before_allocating(kwargs, match):
 
 
 def test_block_m_matches_traits_header():
-    import pathlib
-    import re
-
-    traits = (pathlib.Path(api.__file__).parents[1] / "csrc" / "traits.h").read_text()
+    traits = (CSRC / "traits.h").read_text()
     assert int(re.search(r"kBlockM = (\d+);", traits).group(1)) == api.BLOCK_M
     assert int(re.search(r"kPlanWords = (\d+);", traits).group(1)) == api.PLAN_WORDS
 
@@ -90,3 +94,72 @@ def test_launch_options_reach_the_extension_workspace_once_it_exists():
     ws.launch_parts = 1
     assert (ws._handle.force_variant, ws._handle.launch_parts) == (2, 1)
     assert (ws.force_variant, ws.launch_parts) == (2, 1)
+
+
+def test_verify_params_are_the_binding_arguments_in_order():
+    """VerifyParams unpacks positionally into the extension's verify_fwd: its fields must be
+    the binding's kArgNames, in order (the names its error messages use)."""
+    binding = (CSRC / "binding.cpp").read_text()
+    names = re.search(r"kArgNames\[kNumArgs\] = \{(.*?)\};", binding, re.S).group(1)
+    assert api.VerifyParams._fields == tuple(re.findall(r'"(\w+)"', names))
+
+
+class _FakeExt:
+    """Records verify_fwd's arguments; stands in for the compiled extension."""
+
+    ARCH_LIST = "9.0;12.0"
+
+    def __init__(self):
+        self.calls = []
+
+    def verify_fwd(self, *args):
+        self.calls.append(args)
+
+
+def _fake_workspace():
+    ws = object.__new__(api.VerifyWorkspace)
+    ws._handle = "handle"
+    return ws
+
+
+def test_extend_attention_fwd_passes_one_params_value_in_the_binding_order(monkeypatch):
+    ext = _FakeExt()
+    monkeypatch.setattr(api, "_EXT", ext)
+    ws = _fake_workspace()
+    t = [object() for _ in range(9)]  # q .. kv_indices
+    mask, mask_indptr, lse = object(), object(), object()
+    api.extend_attention_fwd(*t, mask, True, mask_indptr, 4, None, workspace=ws, lse_extend=lse)
+    assert ext.calls == [(*t, mask, mask_indptr, 576**-0.5, lse, "handle")]
+    params = api.VerifyParams(*t, mask, mask_indptr, 0.1, None, ws)
+    api.verify_attention(params)
+    assert ext.calls[-1] == (*t, mask, mask_indptr, 0.1, None, "handle")
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"logit_cap": 30.0}, "logit_cap"),
+        ({"skip_prefix_custom_mask": False}, "skip_prefix_custom_mask"),
+    ],
+)
+def test_extend_attention_fwd_refuses_what_the_kernel_does_not_do(monkeypatch, kwargs, match):
+    ext = _FakeExt()
+    monkeypatch.setattr(api, "_EXT", ext)
+    args = [object() for _ in range(9)] + [None, True, None, 4, None]
+    with pytest.raises(ValueError, match=match):
+        api.extend_attention_fwd(*args, **kwargs, workspace=_fake_workspace())
+    assert ext.calls == []
+
+
+def test_compiled_archs_come_from_the_extension(monkeypatch):
+    monkeypatch.setattr(api, "_EXT", _FakeExt())
+    assert api.compiled_archs() == ["sm_90", "sm_120"]
+
+
+def test_compiled_archs_are_empty_without_the_extension(monkeypatch):
+    def missing():
+        raise ImportError("not built")
+
+    monkeypatch.setattr(api, "_EXT", None)
+    monkeypatch.setattr(api, "_load_ext", missing)
+    assert api.compiled_archs() == []

@@ -1,8 +1,13 @@
-"""bench/bench_verify.py's argument checks, which run before any device work (CPU only)."""
+"""bench/bench_verify.py's argument checks, which run before any device work (CPU only), and
+that the bench imports nothing outside the product tree."""
 
 import pathlib
 import subprocess
 import sys
+
+import pytest
+
+pytest.importorskip("torch", reason="bench_verify.py imports torch (pip install torch)")
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench" / "bench_verify.py"
 
@@ -13,22 +18,22 @@ def run(*args):
     )
 
 
-def test_unknown_keep_part_names_the_parts():
-    r = run("--cold-l2", "128", "--cold-l2-keep", "meta,weights")
+def test_help_lists_the_options_a_user_runs():
+    r = run("--help")
+    assert r.returncode == 0, r.stderr
+    for opt in ("--json", "--cold-l2", "--envelope", "--shape", "--force-variant", "--no-triton"):
+        assert opt in r.stdout
+
+
+def test_a_malformed_shape_is_refused_with_the_expected_form():
+    r = run("--shape", "1,8,4")
     assert r.returncode == 2
-    assert "--cold-l2-keep: unknown part(s) weights; use meta, ws, qk" in r.stderr
+    assert "--shape: expected B,H,D,PREFIX of integers" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_keep_without_the_flush_says_what_it_needs():
-    r = run("--cold-l2-keep", "meta")
+def test_case_indices_must_be_integers():
+    r = run("--cases", "0,x")
     assert r.returncode == 2
-    assert "--cold-l2-keep needs --cold-l2 MB" in r.stderr
-    assert "Traceback" not in r.stderr
-
-
-def test_discard_without_the_flush_says_what_it_needs():
-    r = run("--cold-l2-discard")
-    assert r.returncode == 2
-    assert "--cold-l2-discard needs --cold-l2 MB" in r.stderr
+    assert "--cases: expected comma-separated indices" in r.stderr
     assert "Traceback" not in r.stderr

@@ -1,7 +1,10 @@
-"""Compiles the CUDA sources with plain nvcc for sm_120 and sm_90 (no GPU, no torch headers)
-and fails on register spills, local-memory stack, >255 registers, a block that cannot be
-resident, or a shared-memory configuration over the architecture's per-block limit. Also checks,
-on the host, every slice layout of the fused merge (staging size, bank conflicts).
+"""Compiles the CUDA sources with plain nvcc for sm_120 and sm_90 (no GPU, no torch headers),
+in both builds: the default (the launcher's two production variants only) and KDTREE_DIAG=1
+(every diagnostic variant too). Fails on register spills, local-memory stack, >255 registers, a
+block that cannot be resident, a shared-memory configuration over the architecture's per-block
+limit, or a build holding other kernels than its variant table says. Each build's kernels are
+listed in the run's summary ("kdtree_mla compile test"). Also checks, on the host, every slice
+layout of the fused merge (staging size, bank conflicts).
 
 nvcc comes from $NVCC, else PATH, else /usr/local/bin/nvcc or /usr/local/cuda/bin/nvcc.
 """
@@ -38,10 +41,14 @@ def find_nvcc() -> str:
     pytest.fail("nvcc not found (set NVCC): the compile test is required in CI")
 
 
-def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]:
+BUILDS = {"default": [], "diag": ["-DKDTREE_DIAG=1"]}
+
+
+def ptxas_report(arch: str, build: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]:
     cmd = [
         find_nvcc(),
         "-std=c++17",
+        *BUILDS[build],
         "-O3",
         "--use_fast_math",
         "-Xptxas",
@@ -82,15 +89,16 @@ def ptxas_report(arch: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]
 
 
 @functools.cache
-def launch_config() -> dict:
+def launch_config(build: str = "default") -> dict:
     gxx = shutil.which("g++") or shutil.which("c++")
     if gxx is None:
         pytest.fail("a host C++ compiler is needed to evaluate traits.h")
-    exe = ROOT / "tests" / ".smem_probe"
+    exe = ROOT / "tests" / f".smem_probe_{build}"
     subprocess.run(
         [
             gxx,
             "-std=c++17",
+            *BUILDS[build],
             "-O2",
             "-I",
             str(CSRC),
@@ -122,16 +130,33 @@ def launch_config() -> dict:
     return cfg
 
 
+def variant_name(var: dict) -> str:
+    """A variant as the summary lists it, e.g. "3 stages, 2 load warps"."""
+    name = f"{var['stages']} stages{', pipelined' if var['pipe'] else ''}"
+    name += f", {(var['threads'] - 256) // 32} load warps"
+    mode = {0: "", 2: ", loads only", 4: ", math only", 8: ", traced"}[var["mode"]]
+    return name + mode
+
+
+@pytest.mark.parametrize("build", ["default", "diag"])
 @pytest.mark.parametrize("arch", ["sm_120", "sm_90"])
-def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
-    funcs = ptxas_report(arch, tmp_path)
-    cfg = launch_config()
+def test_kernels_compile_without_spills_and_fit(arch, build, tmp_path, compile_summary):
+    funcs = ptxas_report(arch, build, tmp_path)
+    cfg = launch_config(build)
     main = {n: f for n, f in funcs.items() if "verify_main" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
-    # The combine kernel is compiled twice: plain, and for the traced diagnostic variant.
-    assert len(main) == len(cfg["variants"]) and len(combine) == 2, (
+    traced = any(var["mode"] & 8 for var in cfg["variants"].values())
+    # The combine kernel: plain, and in the diagnostic build also for the traced variant.
+    assert len(main) == len(cfg["variants"]) and len(combine) == 1 + traced, (
         f"unexpected kernels: {sorted(funcs)}"
     )
+    if build == "default":
+        # Production only: the launcher's two picks, both computing the output.
+        picks = {cfg["variant_sm120"], cfg["variant_sm90"]}
+        assert set(cfg["variants"]) == picks and len(picks) == 2, cfg["variants"]
+        assert all(var["mode"] == 0 for var in cfg["variants"].values())
+    else:
+        assert len(cfg["variants"]) > 2 and traced, "the diagnostic build has its variants"
     for name, f in funcs.items():
         assert f["spill_st"] == 0 and f["spill_ld"] == 0, f"{arch} {name}: spills {f}"
         assert f["stack"] == 0, f"{arch} {name}: {f['stack']} B stack frame (local memory)"
@@ -139,6 +164,7 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         assert f["smem"] <= STATIC_SMEM_LIMIT, f"{arch} {name}: static smem {f['smem']}"
     chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
     checked = 0
+    built = []
     for v, var in cfg["variants"].items():
         f = main[kernel_symbol(main, var)]
         # Registers are allocated per warp in units of 256 and each of the 4 schedulers has a
@@ -148,6 +174,14 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
         assert regs_alloc * 32 * warps_per_scheduler <= REGS_PER_SM // 4, (
             f"{arch} variant {v}: {f['regs']} regs x {var['threads']} threads"
         )
+        pick = " [launcher's pick]" if v == chosen else ""
+        if var["smem"] > SMEM_LIMIT[arch]:  # compiled empty: it cannot launch on this arch
+            built.append(f"  {v}: {variant_name(var)}: empty ({var['smem']} B smem > the limit)")
+        else:
+            built.append(
+                f"  {v}: {variant_name(var)}: {f['regs']} regs, {f['smem']} static + "
+                f"{var['smem']} dynamic B smem, 0 spills{pick}"
+            )
         if v == chosen:
             assert f["smem"] + var["smem"] <= SMEM_LIMIT[arch], (
                 f"{arch}: main kernel needs {f['smem']} static + {var['smem']} dynamic B"
@@ -155,6 +189,10 @@ def test_kernels_compile_without_spills_and_fit(arch, tmp_path):
             )
             checked += 1
     assert checked == 1, f"{arch}: the launcher's variant {chosen} is not compiled"
+    compile_summary.append(
+        f"{arch} {build} build: {len(main)} main kernel(s) + {len(combine)} combine kernel(s), "
+        f"smem limit {SMEM_LIMIT[arch]} B\n" + "\n".join(built)
+    )
 
 
 def kernel_symbol(main: dict, var: dict) -> str:
@@ -166,8 +204,9 @@ def kernel_symbol(main: dict, var: dict) -> str:
     return names[0]
 
 
-def test_sm120_gets_a_config_within_its_smem_limit():
-    cfg = launch_config()
+@pytest.mark.parametrize("build", ["default", "diag"])
+def test_sm120_gets_a_config_within_its_smem_limit(build):
+    cfg = launch_config(build)
     small = cfg["variants"][cfg["variant_sm120"]]
     assert small["smem"] <= SMEM_LIMIT["sm_120"]
     # Every variant bigger than sm_120's limit is one the launcher can never pick there.
@@ -180,8 +219,8 @@ def test_fused_merge_slices_fit_and_have_no_bank_conflicts():
     """Every slice a fused merge can take (2..512 parts, 1..32 rows, ticketed or not), with the
     layout the kernel computes (traits.h merge_slice): its staging fits the two stages sm_120's
     variant has, its weights fit the S-partial buffer, and no quarter warp of the granule loop
-    reads two addresses in one bank group. The packed layout the kernel used before session 11
-    must show conflicts, or the check would not be checking anything."""
+    reads two addresses in one bank group. A packed layout (no padding between parts) must show
+    conflicts, or the check would not be checking anything."""
     cfg = launch_config()
     assert cfg["merge_slices"] > 1_000_000
     assert cfg["merge_misaligned"] == 0
@@ -190,14 +229,3 @@ def test_fused_merge_slices_fit_and_have_no_bank_conflicts():
     assert cfg["merge_max_pad_units"] <= 7
     assert cfg["merge_conflicts"] == 0
     assert cfg["merge_packed_conflicts"] > 0
-
-
-@pytest.mark.parametrize("probe", sorted(p.name for p in (ROOT / "bench").glob("*.cu")))
-def test_standalone_bench_probes_compile(probe, tmp_path):
-    """The standalone CUDA diagnostics in bench/ (run by hand on the device) still build for the
-    H200 they run on: launch_probe.cu includes csrc/params.h, so a change there could break it
-    unnoticed until a device session."""
-    cmd = [find_nvcc(), "-std=c++17", "-O2", "-arch=sm_90", "-c", str(ROOT / "bench" / probe)]
-    cmd += ["-o", str(tmp_path / "probe.o")]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, f"nvcc failed for bench/{probe}:\n{res.stderr}"

@@ -1,9 +1,11 @@
 """Mask and index helpers: SGLang's custom-mask layout and tree masks (CPU only)."""
 
 import pytest
-import torch
-from kdtree_mla.inputs import make_inputs
-from kdtree_mla.ref import (
+
+torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
+
+from kdtree_mla.inputs import make_inputs  # noqa: E402
+from kdtree_mla.ref import (  # noqa: E402
     build_custom_mask,
     draft_visibility,
     random_tree_parents,

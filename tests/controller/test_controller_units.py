@@ -64,7 +64,7 @@ def test_history_text_empty_and_rows() -> None:
         "verdict": None,
         "started_at": "t",
     }
-    assert history_text([row]).splitlines()[1].split() == [
+    assert history_text([row]).splitlines()[2].split() == [
         "d-1",
         "deploy",
         "p",

@@ -93,7 +93,6 @@ def test_no_gpus_means_no_device_request_key() -> None:
 
 
 def test_spec_hash_ignores_deployment_identity_but_not_the_server() -> None:
-    import dataclasses
 
     a = run_spec(LAUNCH, RUNTIME)
     later = dataclasses.replace(
@@ -118,32 +117,44 @@ def test_container_name_is_docker_safe() -> None:
 
 
 def test_kctl_labels_cannot_be_overridden_by_launch_labels() -> None:
-    import dataclasses
-
     sneaky = dataclasses.replace(LAUNCH, labels=(("kctl.managed", "false"),))
     assert run_spec(sneaky, RUNTIME)["labels"]["kctl.managed"] == "true"
 
 
 def test_run_spec_needs_an_image() -> None:
-    import dataclasses
-
     with pytest.raises(KctlError, match="no image to run"):
         run_spec(dataclasses.replace(LAUNCH, image=None), RUNTIME)
 
 
-def test_plan_run_spec_names_the_tag_a_build_would_make(tmp_path: Path) -> None:
-    from kctl.image import build_context
-    from kctl.profile.model import ImageSpec, Profile
-    from kctl.runtime.docker import plan_run_spec
+def test_plan_runs_the_tag_the_build_would_make_from_any_directory(tmp_path: Path) -> None:
+    """``kctl plan`` hashes the build context once and its run spec names that tag, with
+    the kernel source found beside the profile, not in the working directory."""
+    import json
+    import os
+    import subprocess
+    import sys
 
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "setup.py").write_text("")
-    profile = Profile(
-        name="kdtree-eager", source="p.yaml", image=ImageSpec(kernel_source="kernels")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kctl",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--json",
+            "plan",
+            str(repo / "profiles" / "kdtree-eager.yaml"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
-    unbuilt = dataclasses.replace(LAUNCH, image=None, deployment_id="<new>")
-    spec = plan_run_spec(unbuilt, profile, repo_root=tmp_path)
-    assert spec["image"] == build_context(profile, tmp_path).tag
-    assert spec["name"] == "kctl-kdtree-eager-new"
-    missing = plan_run_spec(unbuilt, profile, repo_root=tmp_path / "nowhere")
-    assert missing["image"].startswith("<not buildable: kernel source ")
+    plan = json.loads(out.stdout)["result"]
+    assert plan["run_spec"]["image"] == plan["image"]["tag"]
+    assert plan["image"]["tag"].startswith("kctl/kdtree-eager:")
+    assert any(line.endswith("kernels/csrc/verify_main.cuh") for line in plan["image"]["files"])

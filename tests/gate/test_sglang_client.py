@@ -18,7 +18,7 @@ from kctl.errors import (
     ServerTimeout,
     ServerUnreachable,
 )
-from kctl.sglang import SGLangClient
+from kctl.sglang.client import SGLangClient
 
 
 class _Handler(BaseHTTPRequestHandler):

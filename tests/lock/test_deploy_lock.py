@@ -1,8 +1,7 @@
-"""The deploy lock, with real second processes holding it."""
+"""The deploy lock, with real second processes holding it, killing it and racing for it."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kctl.errors import LockHeld, StoreError
-from kctl.lock import DeployLock, format_age, process_start_ticks
+from kctl.lock import DeployLock, format_age
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -34,6 +33,10 @@ HOLDER = textwrap.dedent(
     signal.signal(signal.SIGINT, on_sigint)
     try:
         with DeployLock(sys.argv[1]).acquire(sys.argv[2], sys.argv[3] or None):
+            if len(sys.argv) > 4:  # a long-lived child, as a server kctl starts
+                import subprocess
+                child = subprocess.Popen(["sleep", "60"])
+                print(child.pid, flush=True)
             print("held", flush=True)
             sys.stdin.readline()
     except KctlError as exc:
@@ -53,15 +56,19 @@ def env() -> dict[str, str]:
 class Holder:
     """A real kctl-like process holding the lock until told to let go."""
 
-    def __init__(self, state_dir: Path, command: str, deployment_id: str = "") -> None:
+    def __init__(
+        self, state_dir: Path, command: str, deployment_id: str = "", *, child: bool = False
+    ) -> None:
+        extra = ["child"] if child else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(state_dir), command, deployment_id],
+            [sys.executable, "-c", HOLDER, str(state_dir), command, deployment_id, *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             env=env(),
         )
         assert self.proc.stdout is not None
+        self.child_pid = int(self.proc.stdout.readline()) if child else None
         line = self.proc.stdout.readline().strip()
         assert line == "held", line
 
@@ -111,8 +118,6 @@ def write_lock(state_dir: Path, **fields: object) -> None:
         "command": "kctl deploy profiles/kdtree-graphs.yaml",
         "deployment_id": "d-20261129-100000-0001",
         "kctl_version": "0.1.0",
-        "pid_start": None,
-        "token": "t0",
     }
     data.update(fields)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +134,6 @@ def test_acquire_writes_the_holder_and_releases(state_dir: Path) -> None:
         assert data["command"] == "kctl deploy profiles/kdtree-eager.yaml"
         assert data["deployment_id"] is None
         assert data["kctl_version"]
-        assert data["pid_start"] == process_start_ticks(os.getpid())
         assert held.takeover_warning is None
         held = held.set_deployment_id("d-20261129-102407-abcd")
         assert lock.inspect() == held.info
@@ -164,74 +168,109 @@ def test_contention_with_a_real_process(state_dir: Path, holders: list[Holder]) 
         f"the deploy lock is held by another kctl: pid {holder.pid} on {HOST} running "
         "`kctl deploy profiles/kdtree-eager.yaml` (deployment d-20261129-102407-abcd), "
         "for 3m12s\n"
-        "  hint: wait for it to finish, or if you are sure it is not running: "
-        "kctl lock release --force"
+        "  hint: wait for it to finish; the lock is free the moment that process exits "
+        f"(if it hangs: kill {holder.pid})"
     )
     assert err.value.exit_code == 5
-    # the holder's lock is intact, and a live lock is not released without force
+    # the holder's lock is intact, and a live lock is not released, not even by force
     assert DeployLock(state_dir).inspect() == info
-    with pytest.raises(LockHeld, match="refusing to release a live deploy lock"):
-        lock.release()
+    for force in (False, True):
+        with pytest.raises(LockHeld, match="refusing to release a live deploy lock"):
+            lock.release(force=force)
+    assert DeployLock(state_dir).inspect() == info
     assert holder.let_go() == "released"
+    assert lock.inspect() is None
     with lock.acquire("kctl deploy profiles/kdtree-graphs.yaml") as held:
         assert held.takeover_warning is None
 
 
-def test_stale_lock_of_a_dead_process_is_taken_over(state_dir: Path, holders: list[Holder]) -> None:
+def test_sigkill_of_the_holder_frees_the_lock_at_once(
+    state_dir: Path, holders: list[Holder]
+) -> None:
     holder = Holder(state_dir, "kctl deploy profiles/kdtree-eager.yaml", "d-20261129-102407-abcd")
     holders.append(holder)
     old = DeployLock(state_dir).inspect()
-    assert old is not None
-    holder.proc.kill()  # killed outright: its lock stays behind
+    assert old is not None and not old.stale
+    holder.proc.kill()  # killed outright: its holder file stays behind, its flock does not
     holder.proc.wait()
-    info = DeployLock(state_dir).inspect()
-    assert info is not None and info.stale
-    assert info.stale_reason == f"pid {holder.pid} is no longer running"
     lock = DeployLock(state_dir)
+    info = lock.inspect()
+    assert info is not None and info.stale and info.pid == holder.pid
+    assert info.stale_reason == f"pid {holder.pid} exited without releasing it"
+    # no waiting, no retry: the first attempt takes it
     with lock.acquire("kctl rollback") as held:
         assert held.takeover_warning == (
-            f"took over a stale deploy lock: pid {holder.pid} is no longer running; it was held "
-            "by `kctl deploy profiles/kdtree-eager.yaml` (deployment d-20261129-102407-abcd) "
-            f"since {old.started_at}. That kctl did not finish: run `kctl status` to check "
-            "for an interrupted deploy"
+            f"took over a stale deploy lock: pid {holder.pid} exited without releasing it; "
+            "it was held by `kctl deploy profiles/kdtree-eager.yaml` (deployment "
+            f"d-20261129-102407-abcd) since {old.started_at}. That kctl did not finish: run "
+            "`kctl status` to check for an interrupted deploy"
         )
         assert lock.last_warning == held.takeover_warning
         now = lock.inspect()
         assert now is not None and now.pid == os.getpid() and now.command == "kctl rollback"
+        assert not now.stale
     assert lock.inspect() is None
+    with lock.acquire("kctl status") as held:  # the warning is given once
+        assert held.takeover_warning is None
 
 
-def test_a_zombie_holder_is_stale(state_dir: Path, holders: list[Holder]) -> None:
+def test_a_killed_holder_is_free_before_it_is_reaped(
+    state_dir: Path, holders: list[Holder]
+) -> None:
     holder = Holder(state_dir, "kctl deploy x.yaml")
     holders.append(holder)
     os.kill(holder.pid, signal.SIGKILL)
-    # not reaped yet: the pid still exists, as a zombie
+    # not reaped yet: the pid still exists, as a zombie, and it still looks alive to kill(0)
     deadline = time.monotonic() + 10
     while Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    os.kill(holder.pid, 0)
+    with DeployLock(state_dir).acquire("kctl rollback") as held:
+        assert held.takeover_warning is not None
+        assert f"pid {holder.pid} exited without releasing it" in held.takeover_warning
+
+
+def test_a_child_of_the_holder_does_not_keep_the_lock(
+    state_dir: Path, holders: list[Holder]
+) -> None:
+    # a server kctl started outlives a kctl killed mid-deploy; the lock must not
+    holder = Holder(state_dir, "kctl deploy x.yaml", child=True)
+    holders.append(holder)
+    assert holder.child_pid is not None
+    try:
+        holder.proc.kill()
+        holder.proc.wait()
+        os.kill(holder.child_pid, 0)  # still running
+        info = DeployLock(state_dir).inspect()
+        assert info is not None and info.stale
+        with DeployLock(state_dir).acquire("kctl rollback") as held:
+            assert held.takeover_warning is not None
+    finally:
+        os.kill(holder.child_pid, signal.SIGKILL)
+
+
+def test_a_live_pid_without_the_flock_is_not_a_holder(state_dir: Path) -> None:
+    # no guessing from pids: the pid in the holder file runs (it is our parent), but it
+    # does not hold the flock, so that file is a dead holder's
+    write_lock(state_dir, pid=os.getppid())
     info = DeployLock(state_dir).inspect()
-    assert info is not None and info.stale
-    assert info.stale_reason == f"pid {holder.pid} has exited"
+    assert info is not None and info.stale and info.local
+    with DeployLock(state_dir).acquire("kctl deploy x.yaml") as held:
+        assert held.takeover_warning is not None
+        assert held.takeover_warning.startswith(
+            f"took over a stale deploy lock: pid {os.getppid()} exited without releasing it; "
+            "it was held by `kctl deploy profiles/kdtree-graphs.yaml` (deployment "
+            "d-20261129-100000-0001) since 2026-11-29T10:00:00Z."
+        )
 
 
-def test_a_reused_pid_is_stale(state_dir: Path) -> None:
-    # our own pid is alive, but it started at another time than the recorded holder
-    ticks = process_start_ticks(os.getpid())
-    assert ticks is not None
-    write_lock(state_dir, pid=os.getpid(), pid_start=ticks + 1)
+def test_a_lock_file_of_an_older_kctl_reads(state_dir: Path) -> None:
+    # the holder file keeps the fields an older kctl wrote; its extra ones are ignored
+    write_lock(state_dir, pid_start=123, token="t0")
     info = DeployLock(state_dir).inspect()
-    assert info is not None and info.stale
-    assert (
-        info.stale_reason
-        == f"pid {os.getpid()} is now a different process (its start time differs)"
-    )
-
-
-def test_a_live_pid_with_the_same_start_is_not_stale(state_dir: Path) -> None:
-    write_lock(state_dir, pid=os.getppid(), pid_start=process_start_ticks(os.getppid()))
-    info = DeployLock(state_dir).inspect()
-    assert info is not None and not info.stale and info.local
+    assert info is not None and info.readable and info.stale
+    assert info.command == "kctl deploy profiles/kdtree-graphs.yaml"
 
 
 def test_another_hosts_lock_is_never_broken(state_dir: Path) -> None:
@@ -272,29 +311,21 @@ def test_unreadable_lock_is_held_until_forced(state_dir: Path) -> None:
 def test_release_rules(state_dir: Path) -> None:
     lock = DeployLock(state_dir)
     assert lock.release() is None  # nothing to release
-    write_lock(state_dir, pid=999_999_999)  # stale: released without force
+    write_lock(state_dir, pid=999_999_999)  # its holder died: released without force
     released = lock.release()
     assert released is not None and released.stale
-    with lock.acquire("kctl deploy x.yaml"):
-        own = lock.release()  # this process's own lock
-        assert own is not None and own.pid == os.getpid()
     assert lock.inspect() is None
-
-
-def test_a_lock_released_by_force_is_not_removed_from_its_new_holder(state_dir: Path) -> None:
-    first = DeployLock(state_dir)
-    second = DeployLock(state_dir)
-    second_cm = second.acquire("kctl deploy b.yaml")
-    with first.acquire("kctl deploy a.yaml") as held:
-        first.release(force=True)  # someone forced it away...
-        second_held = second_cm.__enter__()  # ...and another kctl took it
-        with pytest.raises(LockHeld, match="no longer held by this kctl"):
-            held.set_deployment_id("d-1")
-    # leaving the first block did not remove the second holder's lock
-    info = second.inspect()
-    assert info is not None and info.token == second_held.info.token
-    second_cm.__exit__(None, None, None)
-    assert second.inspect() is None
+    with lock.acquire("kctl deploy x.yaml"):
+        own = lock.release()  # this process's own holder file
+        assert own is not None and own.pid == os.getpid()
+        assert lock.inspect() is None
+        # the flock is still this process's: nobody else gets the lock meanwhile
+        with (
+            pytest.raises(LockHeld, match="has not written its holder file"),
+            DeployLock(state_dir).acquire("kctl deploy y.yaml"),
+        ):
+            pytest.fail("acquired twice")
+    assert lock.inspect() is None
 
 
 def test_sigint_handler_in_the_holder_releases(state_dir: Path, holders: list[Holder]) -> None:
@@ -318,16 +349,18 @@ RACER = textwrap.dedent(
         time.sleep(0.001)
     try:
         with DeployLock(sys.argv[1]).acquire("kctl deploy race.yaml") as held:
-            print("won" if held.takeover_warning else "won-without-takeover", flush=True)
+            print(f"won {os.getpid()} {held.takeover_warning is not None}", flush=True)
             sys.stdin.readline()
-    except LockHeld:
-        print("lost", flush=True)
+    except LockHeld as exc:
+        print(f"lost {exc.exit_code} {exc.message}", flush=True)
     """
 )
 
 
-def test_only_one_of_several_racers_takes_a_stale_lock(state_dir: Path, tmp_path: Path) -> None:
-    write_lock(state_dir, pid=999_999_999)  # stale
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "dead-holder"])
+def test_exactly_one_of_several_racers_wins(state_dir: Path, tmp_path: Path, stale: bool) -> None:
+    if stale:
+        write_lock(state_dir, pid=999_999_999)
     go = tmp_path / "go"
     procs = [
         subprocess.Popen(
@@ -346,10 +379,18 @@ def test_only_one_of_several_racers_takes_a_stale_lock(state_dir: Path, tmp_path
         for p in procs:
             assert p.stdout is not None
             results.append(p.stdout.readline().strip())
-        # exactly one holds it; usually by takeover, or by slipping in between the
-        # takeover's unlink and link (then the taker backs off)
-        assert sorted(results)[:3] == ["lost", "lost", "lost"]
-        assert results.count("won") + results.count("won-without-takeover") == 1
+        won = [r for r in results if r.startswith("won ")]
+        assert len(won) == 1, results
+        _, winner, took_over = won[0].split()
+        assert took_over == str(stale)
+        # each loser gets the typed error (exit 5) naming the winner, never the dead holder
+        lost = [r for r in results if r.startswith("lost ")]
+        assert len(lost) == 3, results
+        for line in lost:
+            assert line.startswith(
+                f"lost 5 the deploy lock is held by another kctl: pid {winner} on {HOST} "
+                "running `kctl deploy race.yaml`, for "
+            ), line
     finally:
         for p in procs:
             assert p.stdin is not None and p.stdout is not None
@@ -385,16 +426,37 @@ def test_unwritable_state_dir_is_a_store_error(tmp_path: Path) -> None:
         pytest.fail("acquired in an unusable directory")
 
 
-def test_filesystems_without_hard_links(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_links(src: object, dst: object) -> None:
-        raise OSError(errno.EPERM, "Operation not permitted")
+def kctl(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kctl", "--state-dir", str(state_dir), *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+    )
 
-    monkeypatch.setattr(os, "link", no_links)
-    lock = DeployLock(state_dir)
-    with lock.acquire("kctl deploy x.yaml"):
-        info = lock.inspect()
-        assert info is not None and info.pid == os.getpid() and info.readable
-        with pytest.raises(LockHeld), DeployLock(state_dir).acquire("kctl deploy y.yaml"):
-            pytest.fail("acquired twice")
-        assert lock_files(state_dir) == ["lock"]
-    assert lock.inspect() is None
+
+def test_the_cli_on_a_live_and_a_dead_holder(state_dir: Path, holders: list[Holder]) -> None:
+    holder = Holder(state_dir, "kctl deploy profiles/kdtree-eager.yaml", "d-20261129-102407-abcd")
+    holders.append(holder)
+    shown = json.loads(kctl(state_dir, "--json", "lock", "show").stdout)["result"]
+    assert (shown["pid"], shown["stale"]) == (holder.pid, False)
+    # the flock is the lock: not even --force takes it from a live kctl
+    for force in ([], ["--force"]):
+        run = kctl(state_dir, "lock", "release", *force)
+        assert run.returncode == 5, run.stdout + run.stderr
+        assert f"refusing to release a live deploy lock: pid {holder.pid}" in run.stderr
+        assert f"kill {holder.pid}" in run.stderr
+    holder.proc.kill()
+    holder.proc.wait()
+    shown = json.loads(kctl(state_dir, "--json", "lock", "show").stdout)["result"]
+    assert (shown["pid"], shown["stale"]) == (holder.pid, True)
+    status = kctl(state_dir, "status")
+    assert (
+        f"lock: free; kctl pid {holder.pid} died holding it "
+        "(`kctl deploy profiles/kdtree-eager.yaml` since "
+    ) in status.stdout
+    run = kctl(state_dir, "lock", "release")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith(f"lock released (was pid {holder.pid} on {HOST} running ")
+    assert kctl(state_dir, "lock", "show").stdout.strip() == "lock is free"

@@ -185,6 +185,55 @@ CASES: list[tuple[str, str, list[str]]] = [
         ["x.yaml: runtime.volumes[0].container: is required (got None)"],
     ),
     (
+        "a section that is not a mapping",
+        "extends: ok.yaml\nserver: 5\n",
+        [
+            "x.yaml: server: must be a mapping of model_path, served_model_name, host, port, tp, "
+            "attention_backend, cuda_graphs, cuda_graph_max_bs, mem_fraction_static, "
+            "trust_remote_code, kv_cache_dtype, speculative, verify_kernel, extra_args, env "
+            "(got 5)"
+        ],
+    ),
+    (
+        "a scalar where a list belongs",
+        "extends: ok.yaml\ngate:\n  contexts: 5700\n",
+        ["x.yaml: gate.contexts: must be a list (got 5700)"],
+    ),
+    (
+        "env as a list",
+        "extends: ok.yaml\nserver:\n  env: [A]\n",
+        ["x.yaml: server.env: must be a mapping (got ['A'])"],
+    ),
+    (
+        "a GPU listed twice",
+        "extends: ok.yaml\nruntime:\n  gpus: [0, 0]\n",
+        [
+            "x.yaml: runtime.gpus: must be 'all' or a list of distinct GPU indices, e.g. [0, 1] "
+            "([] for no GPUs) (got [0, 0])"
+        ],
+    ),
+    (
+        "a field the loader fills in",
+        "extends: ok.yaml\ncontent_hash: abc\n",
+        [
+            "x.yaml: content_hash: unknown key; valid keys: extends, name, baseline, "
+            "description, image, server, runtime, health, gate, simulator (got 'abc')"
+        ],
+    ),
+    (
+        "a name with a space",
+        "extends: ok.yaml\nname: bad name\n",
+        [
+            "x.yaml: name: must be letters, digits, '.', '_' or '-', starting with a letter or "
+            "digit (got 'bad name')"
+        ],
+    ),
+    (
+        "an objective without weights",
+        "extends: ok.yaml\ngate:\n  policy:\n    objective: {min_ratio: 2}\n",
+        ["x.yaml: gate.policy.objective.weights: is required (got None)"],
+    ),
+    (
         "empty file",
         "",
         ["x.yaml: the file is empty; a profile needs at least server.model_path"],
@@ -317,3 +366,23 @@ def test_a_missing_file(write: Write) -> None:
     assert problems_of(write("x.yaml", "x: 1\n").replace("x.yaml", "nothere.yaml")) == [
         "nothere.yaml: file not found"
     ]
+
+
+def test_the_file_rules_do_not_overreach(write: Write) -> None:
+    # a URL with "&" in env, JSON in an argument, "$" not starting an expansion, an
+    # abbreviation of no managed flag, anchors reused: all fine
+    path = write(
+        "x.yaml",
+        """\
+        extends: ok.yaml
+        x-vol: &vol {host: /models, container: /models}
+        server:
+          env: {HF_ENDPOINT: "https://hub.example/?a=1&b=2", PRICE: "5$"}
+          extra_args: ["--json-model-override-args", '{"rope": [1, 2]}', "--max-running-requests", "48"]
+        runtime:
+          volumes: [*vol]
+        """,
+    )
+    server = load_profile(path).server
+    assert server.env_dict()["HF_ENDPOINT"] == "https://hub.example/?a=1&b=2"
+    assert server.extra_args[1] == '{"rope": [1, 2]}'

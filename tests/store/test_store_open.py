@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from kctl.errors import StoreCorrupt, StoreError
 from kctl.store import SCHEMA_VERSION, Store, schema
-from tests.store.conftest import FakeClock, profile
+from tests.store.conftest import PYTHON, FakeClock, child_env, profile
 
 
 def make_store(state_dir: Path, deployments: int = 1) -> Path:
@@ -42,14 +43,6 @@ def test_open_creates_a_versioned_store(state_dir: Path) -> None:
     assert raw_pragma(path, "application_id") == schema.APPLICATION_ID
     # rollback journal, not WAL: a single file, no side files between writes
     assert sorted(p.name for p in path.parent.iterdir()) == ["kctl.db"]
-
-
-def test_empty_file_is_a_new_store(state_dir: Path) -> None:
-    state_dir.mkdir()
-    (state_dir / "kctl.db").touch()
-    with Store.open(state_dir) as s:
-        s.new_deployment("deploy", profile())
-    assert raw_pragma(state_dir / "kctl.db", "user_version") == SCHEMA_VERSION
 
 
 def test_read_only_on_a_missing_dir_creates_nothing(tmp_path: Path) -> None:
@@ -108,6 +101,40 @@ def assert_refused_as_corrupt(state_dir: Path, why: str) -> None:
         assert err.value.exit_code == 5
     # byte-identical, and no journal or other file appeared next to it
     assert snapshot(state_dir) == before
+
+
+def test_empty_file_is_refused_not_a_new_store(state_dir: Path) -> None:
+    # SQLite takes a 0-byte file for a new database; the known-good records and the
+    # history would be gone without a word
+    state_dir.mkdir()
+    (state_dir / "kctl.db").touch()
+    assert_refused_as_corrupt(state_dir, "0 bytes: the file is empty")
+
+
+def test_schema_less_sqlite_file_is_refused(state_dir: Path) -> None:
+    state_dir.mkdir()
+    conn = sqlite3.connect(state_dir / "kctl.db")
+    conn.execute("VACUUM")  # a valid SQLite file of one page, without any table
+    conn.close()
+    assert (state_dir / "kctl.db").stat().st_size > 0
+    assert_refused_as_corrupt(state_dir, "an empty SQLite database, without kctl's schema")
+
+
+def test_a_new_store_is_created_whole(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # killed while creating the schema: no kctl.db is left behind, so the next run
+    # creates the store again instead of refusing a half-made one
+    def boom(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half (x)")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schema, "create_schema", boom)
+    with pytest.raises(KeyboardInterrupt):
+        Store.open(state_dir)
+    assert list(state_dir.iterdir()) == []
+    monkeypatch.undo()
+    with Store.open(state_dir) as s:
+        assert s.list_deployments() == []
+    assert raw_pragma(state_dir / "kctl.db", "user_version") == SCHEMA_VERSION
 
 
 def test_garbage_file_is_refused(state_dir: Path) -> None:
@@ -239,3 +266,21 @@ def test_a_missing_migration_changes_nothing(
         )
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("command", [["status"], ["history"], ["rollback"]])
+def test_the_cli_refuses_an_empty_store(state_dir: Path, command: list[str]) -> None:
+    state_dir.mkdir()
+    path = state_dir / "kctl.db"
+    path.touch()
+    run = subprocess.run(
+        [PYTHON, "-m", "kctl", "--state-dir", str(state_dir), *command],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert f"{path}: the state store is corrupt (0 bytes: the file is empty)" in run.stderr
+    assert f"mv {path} {path}.corrupt" in run.stderr
+    assert path.stat().st_size == 0

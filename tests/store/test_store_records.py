@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kctl.errors import UsageError
+from kctl.errors import StoreError, UsageError
 from kctl.profile.model import Profile
 from kctl.runtime.base import Instance
 from kctl.store import Store
@@ -226,3 +226,19 @@ def test_everything_survives_a_reopen(state_dir: Path, clock: FakeClock) -> None
         assert r.known_good(dep.profile_hash) == before
         assert r.last_gate_result() == (before, {"verdict": "PASS"})
         assert r.latest_measurement("h", "f", max_age_s=0) == ({"x": 1}, clock.now)
+
+
+def test_a_colliding_deployment_id_is_drawn_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kctl.store import store as store_module
+
+    ids = iter(["d-same", "d-same", "d-same", "d-other"])
+    monkeypatch.setattr(store_module, "new_deployment_id", lambda ts: next(ids))
+    first = store.new_deployment("deploy", profile())
+    second = store.new_deployment("deploy", profile())
+    assert (first.id, second.id) == ("d-same", "d-other")
+    monkeypatch.setattr(store_module, "new_deployment_id", lambda ts: "d-same")
+    with pytest.raises(StoreError, match="could not allocate a unique deployment id in 8 tries"):
+        store.new_deployment("deploy", profile())
+    assert [d.id for d in store.list_deployments()] == ["d-other", "d-same"]

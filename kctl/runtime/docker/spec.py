@@ -7,7 +7,6 @@ equality. Nothing here talks to Docker.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -119,26 +118,10 @@ def run_spec(
 
 
 def plan_run_spec(
-    launch: LaunchSpec,
-    profile: Profile,
-    *,
-    state_dir: Path | None = None,
-    repo_root: Path | None = None,
+    launch: LaunchSpec, profile: Profile, *, state_dir: Path | None = None
 ) -> dict[str, Any]:
     """What ``kctl plan`` shows: :func:`run_spec` with the profile's runtime section (and
-    the owner label of ``state_dir``, as :class:`DockerRuntime` adds it).
-
-    A plan has built nothing yet: without ``launch.image`` the image is the tag the build
-    would produce (:func:`kctl.image.build_context` over ``repo_root``, default the current
-    directory), or a placeholder naming the problem when the source cannot be read."""
-    if launch.image is None:
-        from kctl.errors import BuildFailed
-        from kctl.image.context import build_context
-
-        try:
-            tag = build_context(profile, Path(repo_root or Path.cwd())).tag
-        except BuildFailed as exc:
-            tag = f"<not buildable: {exc.message}>"
-        launch = dataclasses.replace(launch, image=tag)
+    the owner label of ``state_dir``, as :class:`DockerRuntime` adds it). ``launch.image``
+    is the tag the build makes (``kctl.image.build_context``), set by the caller."""
     owner = str(Path(state_dir).resolve()) if state_dir is not None else None
     return run_spec(launch, launch.runtime or profile.runtime, owner=owner)

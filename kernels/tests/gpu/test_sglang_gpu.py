@@ -22,8 +22,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
-from kdtree_mla.ref import verify_attention_ref
+
+torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
+
+from kdtree_mla.ref import verify_attention_ref  # noqa: E402
 
 # "cpu" (with TRITON_INTERPRET=1 and a stand-in kernel) is only for dry-running the harness.
 DEV = os.environ.get("KDTREE_SGLANG_TEST_DEVICE", "cuda")
