@@ -71,14 +71,20 @@ def _restore(
         common.wait_healthy(ctx, runtime, serving[1], profile)
         adopt(store, serving)
         store.set_serving(target.id)
-        return RollbackResult(
-            target.id,
-            target.id,
-            profile.name,
-            "already-serving",
-            f"{target.id} already serves and is healthy",
-            warnings=host.warnings,
+        # the rollback's own record: the newest transaction now says the host is verified,
+        # while an earlier DEGRADED or aborted record keeps its status and reason
+        reason = f"{target.id} ({profile.name}) already serves; health verified"
+        record = store.new_deployment(
+            kind="rollback", profile=target.profile, runtime=runtime.name, parent_id=target.id
         )
+        timings = {"total": round(ctx.monotonic() - t0, 3)}
+        store.update_deployment(
+            record.id, status="promoted", reason=reason, exit_code=0, timings=timings
+        )
+        return RollbackResult(
+            record.id, target.id, profile.name, "already-serving", reason, timings=timings,
+            warnings=host.warnings,
+        )  # fmt: skip
     record = store.new_deployment(
         kind="rollback", profile=target.profile, runtime=runtime.name, parent_id=target.id
     )
