@@ -42,6 +42,7 @@ from kdtree_mla.sglang.eligibility import (
     call_refusal,
     decide,
 )
+from kdtree_mla.sglang.releases import REFUSED_KEYWORDS, UnsupportedCall, refused_keyword
 from kdtree_mla.sglang.versions import SglangLayout
 
 logger = logging.getLogger(__name__)
@@ -195,7 +196,13 @@ def no_triton_reason(model_runner: Any) -> str:
     return f"target verify runs on the {name} attention backend, not triton"
 
 
-def attach(backend: Any, model_runner: Any, layout: SglangLayout, version: str) -> None:
+def attach(
+    backend: Any,
+    model_runner: Any,
+    layout: SglangLayout,
+    version: str,
+    path: str = "startup-hook",
+) -> None:
     """Decide for one freshly built backend; when active, give it a router and a workspace."""
     if getattr(model_runner, "is_draft_worker", False) or getattr(backend, "skip_prefill", False):
         return  # the draft model's attention (decode, draft extend) stays on SGLang
@@ -228,7 +235,7 @@ def attach(backend: Any, model_runner: Any, layout: SglangLayout, version: str) 
     backend.__dict__[ROUTER] = router
     backend.extend_attention_fwd = _compiler_disabled(router)
     assert facts.arch is not None  # decide() refuses a missing device
-    announce.active(facts.kernel_version, facts.arch, version)
+    announce.active(facts.kernel_version, facts.arch, version, path=path)
 
 
 class VerifyRouter:
@@ -303,6 +310,12 @@ class VerifyRouter:
         if not self.step_active or len(args) < _COMMON_POSITIONAL:
             self.sglang_calls += 1
             return self.original(*args, **kwargs)
+        if kwargs:
+            for name in REFUSED_KEYWORDS:
+                if name in kwargs:
+                    why = refused_keyword(name, kwargs[name])
+                    if why is not None:
+                        raise UnsupportedCall(f"kdtree-verify: target-verify call refused: {why}")
         # The fast check runs 61 times a step in eager mode, so it is plain attribute and
         # comparison work (~1 us); only a call it does not accept pays for the full,
         # reason-giving check, which has the last word.
@@ -345,6 +358,9 @@ class VerifyRouter:
             and (window is None or window < 0)
             and (xai is None or xai <= 0)
             and get("skip_prefix_custom_mask", True)
+            and get("page_size", 1) == 1
+            and not get("skip_extend")
+            and not get("identity_kv_indices")
         )
 
     def _refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -372,6 +388,10 @@ class VerifyRouter:
         )
         if refusal is None and not named.get("skip_prefix_custom_mask", True):
             refusal = "prefix columns masked"
+        if refusal is None and _int_or(named.get("page_size"), 1) != 1:
+            refusal = f"page size {named.get('page_size')}"
+        if refusal is None and (named.get("skip_extend") or named.get("identity_kv_indices")):
+            refusal = "skip_extend / identity_kv_indices (a DCP or dense-prefix call)"
         return refusal
 
     def _refused(self, reason: str) -> None:
