@@ -167,6 +167,15 @@ def test_each_unsupported_server_is_declined_with_its_reason(
     assert words.replace('"', "'") in loglines.format_declined(decision.reason, "0.5.10")
 
 
+@pytest.mark.parametrize("dtype", ["torch.float8_e4m3fn", "torch.float8_e5m2"])
+def test_fp8_kv_cache_is_served_where_the_release_reads_one(dtype: str) -> None:
+    fp8 = replace(KIMI, kv_cache_dtype=dtype, sglang_version="0.5.23")
+    assert decide(replace(fp8, fp8_kv=True)) == ACTIVE
+    declined = decide(fp8)
+    assert not declined.active and "0.5.23's Triton MLA path does not read" in declined.reason
+    assert not decide(replace(KIMI, kv_cache_dtype="torch.float16", fp8_kv=True)).active
+
+
 def test_decision_is_a_value() -> None:
     assert Decision(False, "x") == Decision(False, "x")
 
@@ -408,8 +417,12 @@ def test_probe_kernel_reports_a_missing_extension(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize(
     "name, value",
-    [("score_mod", object()), ("aux_tensors", [1]), ("lse_extend", FakeTensor(16, 8)),
-     ("skip_prefix", True)],  # fmt: skip
+    [
+        ("score_mod", object()),
+        ("aux_tensors", [1]),
+        ("lse_extend", FakeTensor(16, 8)),
+        ("skip_prefix", True),
+    ],  # fmt: skip
 )
 def test_router_refuses_what_the_kernel_does_not_compute(name: str, value: Any) -> None:
     from kdtree_mla.sglang.releases import UnsupportedCall
@@ -447,3 +460,51 @@ def test_router_leaves_other_keyword_calls_on_sglang(change: dict[str, Any]) -> 
     router(*args, **kwargs, **change)
     assert router.api.calls == [] and len(sglang_calls) == 1
     assert len(router.refusals) == 1
+
+
+def test_router_sends_fp8_pools_with_the_layer_descales() -> None:
+    torch = pytest.importorskip("torch", reason="fp8 dtypes come from torch")
+    from kdtree_mla.sglang.patch import VerifyRouter
+
+    sglang_calls: list[Any] = []
+    layout = versions.layout_for("0.5.10")
+    assert layout is not None
+
+    def make(fp8_kv: bool) -> VerifyRouter:
+        return VerifyRouter(original=lambda *a, **k: sglang_calls.append(a), layout=layout,
+                            api=FakeApi(), num_heads=8, num_draft_tokens=4, device="fake",
+                            max_batch=16, fp8_kv=fp8_kv)  # fmt: skip
+
+    args, kwargs = sglang_args()
+    args = (*args[:4], FakeTensor(1000, 1, 576, dtype=torch.float8_e4m3fn), *args[5:13],
+            0.37, 0.37, 0.125)  # fmt: skip
+    router = make(fp8_kv=True)
+    router.begin_step(True)
+    router(*args, **kwargs)
+    assert sglang_calls == [] and len(router.api.calls) == 1
+    call_args, call_kwargs = router.api.calls[0]
+    assert call_args[13] == 0.125 and call_kwargs["k_descale"] == call_kwargs["v_descale"] == 0.37
+    refusing = make(fp8_kv=False)  # a release whose own MLA path does not read fp8
+    refusing.begin_step(True)
+    refusing(*args, **kwargs)
+    assert refusing.api.calls == [] and len(sglang_calls) == 1 and refusing.refusals
+
+
+def test_reads_fp8_mla_is_read_from_the_release_source() -> None:
+    from kdtree_mla.sglang import backend
+
+    class Old:
+        def forward_extend(self, k, layer):  # type: ignore[no-untyped-def]
+            if self.use_mla:  # Triton MLA currently doesn't support quantized kv cache
+                return k
+            k_descale = layer.k_scale
+            return k_descale
+
+    class New:
+        def forward_extend(self, k, layer):  # type: ignore[no-untyped-def]
+            k_scaled = k / layer.k_scale
+            k_descale = layer.k_scale_float
+            return k_scaled, k_descale
+
+    assert backend.reads_fp8_mla(New) and not backend.reads_fp8_mla(Old)
+    assert not backend.reads_fp8_mla(type("NoSource", (), {"forward_extend": len}))

@@ -380,7 +380,9 @@ def attached(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """Replaces patch.attach (which reads a real model runner) with a recorder + fake router."""
     seen: list[tuple[Any, ...]] = []
 
-    def attach(self: Any, runner: Any, layout: Any, version: str, path: str = "") -> None:
+    def attach(
+        self: Any, runner: Any, layout: Any, version: str, path: str = "", fp8_kv: bool = False
+    ) -> None:
         seen.append((layout.extend_positional, version, path))
         self.__dict__[backend.patch.ROUTER] = FakeRouter()
 

@@ -94,7 +94,9 @@ def backend_class(base: type) -> type:
                 )
             announce.declined(reason, version)
             raise UnsupportedRelease(f"--attention-backend kdtree on sglang {version}: {reason}")
-        patch.attach(self, model_runner, decided.layout, version, path="plugin")
+        patch.attach(
+            self, model_runner, decided.layout, version, path="plugin", fp8_kv=reads_fp8_mla(base)
+        )
 
     def init_forward_metadata(self: Any, forward_batch: Any) -> None:
         base.init_forward_metadata(self, forward_batch)
@@ -146,6 +148,24 @@ def backend_class(base: type) -> type:
         ns["init_forward_metadata_out_graph"] = init_forward_metadata_out_graph
         ns["init_forward_metadata_in_graph"] = init_forward_metadata_in_graph
     return type("KdtreeAttnBackend", (base,), ns)
+
+
+#: The comment 0.5.9 to 0.5.11 carry where their Triton backend stores MLA KV unscaled.
+NO_FP8_MLA_MARK = "Triton MLA currently doesn't support quantized kv cache"
+
+
+def reads_fp8_mla(base: type) -> bool:
+    """Whether the release's own Triton MLA path reads an fp8 KV cache, from its source.
+
+    From 0.5.13 (read in the wheels) ``forward_extend`` divides an MLA layer's K by
+    ``layer.k_scale`` before storing it and passes ``k_descale``/``v_descale`` to its kernel;
+    up to 0.5.11 it stores K unscaled and says so. Unreadable source counts as no.
+    """
+    try:
+        source = inspect.getsource(base.forward_extend)  # type: ignore[attr-defined]
+    except (OSError, TypeError, AttributeError):
+        return False
+    return NO_FP8_MLA_MARK not in source and "k_descale" in source and "k_scale" in source
 
 
 def runtime_facts(version: str, base: type, instance: Any = None) -> HookFacts:

@@ -202,12 +202,13 @@ def attach(
     layout: SglangLayout,
     version: str,
     path: str = "startup-hook",
+    fp8_kv: bool = False,
 ) -> None:
     """Decide for one freshly built backend; when active, give it a router and a workspace."""
     if getattr(model_runner, "is_draft_worker", False) or getattr(backend, "skip_prefill", False):
         return  # the draft model's attention (decode, draft extend) stays on SGLang
     try:
-        facts = gather_facts(backend, model_runner, version)
+        facts = gather_facts(backend, model_runner, version, fp8_kv=fp8_kv)
     except Exception as exc:
         announce.declined(
             f"cannot read SGLang's model runner: {type(exc).__name__}: {exc}", version
@@ -228,6 +229,7 @@ def attach(
             num_draft_tokens=int(backend.num_draft_tokens),
             device=_cuda_device(getattr(backend, "device", None)),
             max_batch=_max_batch(model_runner),
+            fp8_kv=fp8_kv,
         )
     except Exception as exc:
         announce.declined(f"workspace allocation failed: {type(exc).__name__}: {exc}", version)
@@ -257,6 +259,7 @@ class VerifyRouter:
         num_draft_tokens: int,
         device: Any,
         max_batch: int,
+        fp8_kv: bool = False,
     ) -> None:
         self.original = original
         self.layout = layout
@@ -276,6 +279,10 @@ class VerifyRouter:
             _COMMON_POSITIONAL + positional.index("k_scale") if "k_scale" in positional else None
         )
         self._bf16 = _bf16()
+        # fp8 pools go to the kernel with SGLang's per-layer descales, where the release's own
+        # Triton MLA path reads one (it passes k_scale/v_scale positionally: 0.5.10's layout).
+        self.fp8_kv = bool(fp8_kv and self._k_scale_pos is not None)
+        self._fp8 = _fp8_dtypes() if self.fp8_kv else ()
         self.workspace = self._allocate(max_batch)
 
     def _allocate(self, max_batch: int) -> Any:
@@ -326,14 +333,31 @@ class VerifyRouter:
                 return self.original(*args, **kwargs)
         sm_pos = self._sm_scale_pos
         sm_scale = args[sm_pos] if len(args) > sm_pos else kwargs.get("sm_scale")
-        self._kernel(*args[:_COMMON_POSITIONAL], sm_scale, workspace=self.workspace)
+        if self._fp8 and args[4].dtype in self._fp8:
+            ks = self._k_scale_pos
+            assert ks is not None
+            self._kernel(
+                *args[:_COMMON_POSITIONAL],
+                sm_scale,
+                workspace=self.workspace,
+                k_descale=args[ks],
+                v_descale=args[ks + 1],
+            )
+        else:
+            self._kernel(*args[:_COMMON_POSITIONAL], sm_scale, workspace=self.workspace)
         self.kernel_calls += 1
         return None
 
     def _fast_accept(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         q, o, k_buf = args[0], args[3], args[4]
         ks = self._k_scale_pos
-        if ks is not None and len(args) > ks + 1 and (args[ks] != 1.0 or args[ks + 1] != 1.0):
+        fp8 = k_buf.dtype in self._fp8
+        if (
+            not fp8
+            and ks is not None
+            and len(args) > ks + 1
+            and (args[ks] != 1.0 or args[ks + 1] != 1.0)
+        ):
             return False
         q_shape, kb_shape = q.shape, k_buf.shape
         limits = self.workspace.limits
@@ -344,7 +368,7 @@ class VerifyRouter:
             len(q_shape) == 3
             and q_shape[2] == HEAD_DIM_QK
             and o.shape[-1] == HEAD_DIM_V
-            and k_buf.dtype is self._bf16
+            and (k_buf.dtype is self._bf16 or fp8)
             and len(kb_shape) == 3
             and kb_shape[1] == 1
             and kb_shape[2] == HEAD_DIM_QK
@@ -385,6 +409,7 @@ class VerifyRouter:
             max_tokens=int(limits.max_tokens),
             max_batch=int(limits.max_batch),
             batch=int(qo_indptr.shape[0]) - 1,
+            fp8_ok=self.fp8_kv,
         )
         if refusal is None and not named.get("skip_prefix_custom_mask", True):
             refusal = "prefix columns masked"
@@ -401,7 +426,9 @@ class VerifyRouter:
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
 
 
-def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
+def gather_facts(
+    backend: Any, model_runner: Any, version: str, *, fp8_kv: bool = False
+) -> ServerFacts:
     """Read what :func:`~.eligibility.decide` needs from SGLang's objects."""
     import kdtree_mla
 
@@ -435,6 +462,7 @@ def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
         sliding_window=sliding is not None and sliding > 0,
         deterministic=bool(getattr(backend, "enable_deterministic", False)),
         verify_backend=_verify_backend_name(model_runner),
+        fp8_kv=fp8_kv,
     )
 
 
@@ -529,6 +557,14 @@ def _bf16() -> Any:
     except ImportError:
         return object()
     return torch.bfloat16
+
+
+def _fp8_dtypes() -> tuple[Any, ...]:
+    try:
+        import torch
+    except ImportError:
+        return ()
+    return tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
 
 
 def _int_or(value: Any, default: int) -> int:

@@ -291,12 +291,15 @@ class MLAPool:
     Unused rows hold NaN so a kernel that reads a slot it was not given shows it.
     """
 
-    def __init__(self, num_layers: int, size: int, device: Any = "cuda") -> None:
+    def __init__(self, num_layers: int, size: int, device: Any = "cuda", dtype: Any = None) -> None:
         import torch
 
         self.size = size
+        self.dtype = torch.bfloat16 if dtype is None else dtype
         self.buffers = [
-            torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device)
+            torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device).to(
+                self.dtype
+            )
             for _ in range(num_layers)
         ]
 
@@ -320,7 +323,10 @@ def make_model_runner(
     cuda_graph_max_bs: int | None = None,
     device: str = "cuda",
 ) -> SimpleNamespace:
-    """A model runner with what ``TritonAttnBackend.__init__`` and the patch read."""
+    """A model runner with what ``TritonAttnBackend.__init__`` and the patch read.
+
+    The KV-cache dtype is the pool's (``MLAPool(dtype=torch.float8_e4m3fn)`` for an fp8 cache).
+    """
     import torch
     from sglang.srt.configs.model_config import AttentionArch
 
@@ -362,24 +368,37 @@ def make_model_runner(
         gpu_id=torch.cuda.current_device() if torch.cuda.is_available() else 0,
         is_draft_worker=False,
         spec_algorithm=SimpleNamespace(is_none=lambda: False),
-        kv_cache_dtype=torch.bfloat16,
+        kv_cache_dtype=pool.dtype,
         page_size=1,
         prefill_attention_backend_str="triton",
         decode_attention_backend_str="triton",
     )
 
 
-def make_layer(layer_id: int, num_heads: int, scaling: float) -> SimpleNamespace:
-    """The ``RadixAttention`` attributes ``forward_extend`` reads, for absorbed MLA."""
+def make_layer(
+    layer_id: int, num_heads: int, scaling: float, kv_scale: float | None = None
+) -> SimpleNamespace:
+    """The ``RadixAttention`` attributes ``forward_extend`` reads, for absorbed MLA.
+
+    ``kv_scale`` sets the layer's fp8 KV scales (``k_scale``/``v_scale`` tensors and floats).
+    """
     from sglang.srt.layers.radix_attention import AttentionType
+
+    scale = None
+    if kv_scale is not None:
+        import torch
+
+        scale = torch.tensor(kv_scale, dtype=torch.float32, device="cuda")
 
     return SimpleNamespace(
         layer_id=layer_id,
         tp_q_head_num=num_heads,
         qk_head_dim=576,
         v_head_dim=512,
-        k_scale=None,
-        v_scale=None,
+        k_scale=scale,
+        v_scale=scale,
+        k_scale_float=kv_scale,
+        v_scale_float=kv_scale,
         logit_capping_method="tanh",
         logit_cap=0.0,
         is_cross_attention=False,

@@ -260,3 +260,54 @@ def test_a_verify_call_with_score_mod_raises(plugin_sglang: Any) -> None:
             fb.spec_info.custom_mask, True, None, 4, 1.0, 1.0, 0.1)  # fmt: skip
     with pytest.raises(UnsupportedCall, match="score_mod"):
         backend.extend_attention_fwd(*args, score_mod=lambda s: s)
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_kv_cache_where_the_release_reads_one(plugin_sglang: Any, fp8: str) -> None:
+    """fp8 pool + per-layer scale: the kernel on releases whose Triton MLA reads fp8 (0.5.13
+    on), a decline line on the others (0.5.11 stores MLA KV unscaled)."""
+    from kdtree_mla.sglang import announce, patch, standalone
+    from kdtree_mla.sglang import backend as kdtree_backend
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    registry, h, version = plugin_sglang
+    dtype, scale = getattr(torch, fp8), 0.37
+    heads, draft, prefix_lens = 8, 4, [5700, 300, 23000]
+    size = sum(prefix_lens) + len(prefix_lens) * draft + 4096
+    pool = standalone.MLAPool(1, size, dtype=dtype)
+    runner = standalone.make_model_runner(
+        pool=pool, num_heads=heads, num_draft_tokens=draft, max_requests=16,
+        context_len=max(prefix_lens) + 64,
+    )  # fmt: skip
+    announce.reset_for_tests()
+    backend = registry.ATTENTION_BACKENDS["kdtree"](runner)
+    router = vars(backend).get(patch.ROUTER)
+    if not kdtree_backend.reads_fp8_mla(TritonAttnBackend):
+        assert router is None
+        assert any("does not read a quantised KV cache" in ln for ln in announce.printed())
+        return
+    assert router is not None and router.fp8_kv
+    bf16_pool = standalone.MLAPool(1, size)  # random_case fills it; the fp8 pool is its image
+    fb, q, k, v, ref_in = h.random_case(
+        runner, bf16_pool, prefix_lens, draft, heads, h.fresh_seed()
+    )
+    pool.buffers[0].copy_((bf16_pool.buffers[0].float() / scale).to(dtype))
+    layer = standalone.make_layer(0, heads, h.SM_SCALE, kv_scale=scale)
+    backend.init_forward_metadata(fb)
+    o_kernel = backend.forward_extend(q, k, v, layer, fb).view(-1, heads, 512)
+    assert (router.kernel_calls, router.sglang_calls) == (1, 0)
+    router.begin_step(False)
+    o_sglang = backend.forward_extend(q, k, v, layer, fb).view(-1, heads, 512)
+    torch.cuda.synchronize()
+    from kdtree_mla.ref import verify_attention_ref
+
+    buf = pool.get_key_buffer(0)
+    o_ref, _ = verify_attention_ref(
+        q.view(-1, heads, 576), k, v, buf, buf[..., :512], ref_in["qo_indptr"],
+        ref_in["kv_indptr"], ref_in["kv_indices"], ref_in["custom_mask"], ref_in["mask_indptr"],
+        h.SM_SCALE, k_descale=scale, v_descale=scale,
+    )  # fmt: skip
+    assert not torch.isnan(o_kernel).any()
+    err_k, err_s = h.rel_err(o_kernel, o_ref), h.rel_err(o_sglang, o_ref)
+    assert err_s < h.TOL, f"SGLang's own fp8 path is off ({err_s:.2e}): the harness is wrong"
+    assert err_k < h.TOL and err_k <= 2 * err_s + 2e-3, f"kdtree {err_k:.2e} vs SGLang {err_s:.2e}"
