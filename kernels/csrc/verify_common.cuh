@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -77,7 +79,23 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-// The inverse: (lo, hi) of a packed bf16 pair, exactly.
+// Eight fp8 values (e4m3 or e5m2, params.h KvDtype) to eight bf16 (exact), through f16x2.
+template <int kKv>
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 in) {
+  constexpr __nv_fp8_interpretation_t kind = kKv == kKvE5m2 ? __NV_E5M2 : __NV_E4M3;
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? in.x : in.y;
+    const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(word >> ((i & 1) * 16));
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, kind));
+    const float2 f = __half22float2(h);
+    out[i] = pack_bf16x2(f.x, f.y);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// The inverse of pack_bf16x2: (lo, hi) of a packed bf16 pair, exactly.
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t x) {
   return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
 }
