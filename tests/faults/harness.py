@@ -426,7 +426,7 @@ class Case:
             assert self.healthy()
             assert code == 0, st
             assert st["health"] == "healthy", st
-            want = "base" if name == BASE_NAME else "cand"
+            want = Path(self.base if name == BASE_NAME else self.cand).stem
             assert st["serving"]["profile"] == want, st
             assert not st["interrupted"] and not st["degraded"], st
         return st
