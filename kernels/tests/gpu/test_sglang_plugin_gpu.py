@@ -309,5 +309,10 @@ def test_fp8_kv_cache_where_the_release_reads_one(plugin_sglang: Any, fp8: str) 
     )  # fmt: skip
     assert not torch.isnan(o_kernel).any()
     err_k, err_s = h.rel_err(o_kernel, o_ref), h.rel_err(o_sglang, o_ref)
-    assert err_s < h.TOL, f"SGLang's own fp8 path is off ({err_s:.2e}): the harness is wrong"
-    assert err_k < h.TOL and err_k <= 2 * err_s + 2e-3, f"kdtree {err_k:.2e} vs SGLang {err_s:.2e}"
+    print(f"fp8 {fp8} scale {scale}: kdtree {err_k:.2e}, SGLang Triton {err_s:.2e} vs fp64")
+    # SGLang's Triton kernel rounds q and P to the pool's fp8 type before its dots
+    # (q.to(k.dtype), p.to(v.dtype)): a few percent off the exact result, more for e5m2. The
+    # kernel widens the fp8 rows to bf16 (exact) and keeps q and P in bf16.
+    assert err_s < 0.15, f"SGLang's own fp8 path is off ({err_s:.2e}): the harness is wrong"
+    assert err_k < h.TOL, f"kdtree {err_k:.2e} vs fp64 (SGLang {err_s:.2e})"
+    assert err_k <= err_s + 2e-3, f"kdtree {err_k:.2e} vs SGLang {err_s:.2e}"
