@@ -93,6 +93,9 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
         context_len=prefix + 64,
         cuda_graph_max_bs=b,
     )
+    if make.__module__ == "kdtree_mla.sglang.plugin":  # the runner of --attention-backend kdtree
+        runner.server_args.attention_backend = "kdtree"
+        runner.prefill_attention_backend_str = runner.decode_attention_backend_str = "kdtree"
     backend = make(runner)
     router = vars(backend).get(patch.ROUTER)
     if router is None:

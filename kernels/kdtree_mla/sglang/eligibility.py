@@ -20,6 +20,9 @@ HEAD_DIM_QK = 576
 HEAD_DIM_V = 512
 MAX_DRAFT = 16
 SUPPORTED_HEADS = (8, 16, 32, 64, 128)
+#: Backend names that serve target verify through a Triton backend the router sits on: the
+#: startup hook patches ``triton``; ``kdtree`` is the plugin's subclass of it.
+VERIFY_BACKENDS = ("triton", "kdtree")
 #: KV-cache dtypes the kernel reads (``str(torch.bfloat16)``).
 SUPPORTED_KV_DTYPES = ("torch.bfloat16",)
 #: fp8 KV caches the kernel reads with SGLang's per-layer descales, on releases whose own
@@ -97,7 +100,7 @@ def decide(facts: ServerFacts) -> Decision:
     if facts.kernel_archs is not None and facts.arch not in facts.kernel_archs:
         built = ",".join(f"sm_{a}" for a in facts.kernel_archs) or "none"
         return no(f"kdtree_mla was built for {built}, this GPU is sm_{facts.arch}")
-    if facts.verify_backend is not None and facts.verify_backend != "triton":
+    if facts.verify_backend is not None and facts.verify_backend not in VERIFY_BACKENDS:
         return no(f"target verify runs on the {facts.verify_backend} attention backend, not triton")
     if not facts.use_mla:
         return no("model attention is not MLA")

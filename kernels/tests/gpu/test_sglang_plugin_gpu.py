@@ -100,10 +100,17 @@ def make_backend(plugin_sglang: Any, *, heads: int, draft: int, pool_size: int,
         pool=pool, num_heads=heads, num_draft_tokens=draft, max_requests=16,
         context_len=context_len, cuda_graph_max_bs=graph_bs,
     )  # fmt: skip
+    _as_selected(runner)
     backend = registry.ATTENTION_BACKENDS["kdtree"](runner)
     router = vars(backend).get(patch.ROUTER)
     assert router is not None, "the kdtree backend declined; see the kdtree-verify line"
     return backend, runner, pool, router
+
+
+def _as_selected(runner: Any) -> None:
+    """The runner as SGLang builds it for ``--attention-backend kdtree``."""
+    runner.server_args.attention_backend = "kdtree"
+    runner.prefill_attention_backend_str = runner.decode_attention_backend_str = "kdtree"
 
 
 def test_load_plugins_registers_the_backend_and_its_choice(plugin_sglang: Any) -> None:
@@ -279,6 +286,7 @@ def test_fp8_kv_cache_where_the_release_reads_one(plugin_sglang: Any, fp8: str) 
         pool=pool, num_heads=heads, num_draft_tokens=draft, max_requests=16,
         context_len=max(prefix_lens) + 64,
     )  # fmt: skip
+    _as_selected(runner)
     announce.reset_for_tests()
     backend = registry.ATTENTION_BACKENDS["kdtree"](runner)
     router = vars(backend).get(patch.ROUTER)
