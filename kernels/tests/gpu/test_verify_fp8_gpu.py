@@ -154,6 +154,21 @@ def test_fp8_on_both_production_variants(kv, name, num_ctas):
 
 
 @pytest.mark.parametrize("kv", ["e4m3", "e5m2"])
+def test_fp8_subnormals_are_read_exactly(kv):
+    """A pool of fp8 subnormals only (exponent field 0), draft keys as small: the widening
+    keeps subnormals (a flush to zero would lose every prefix value)."""
+    inp = make_inputs([5000, 700], [4, 4], 8, device="cuda", seed=fresh_seed(), kv_dtype=FP8[kv])
+    gen = torch.Generator(device="cuda").manual_seed(fresh_seed())
+    mant = 8 if kv == "e4m3" else 4
+    used = inp.kv_indices.long()
+    raw = torch.randint(1, mant, (used.numel(), 1, 576), generator=gen, device="cuda")
+    raw |= torch.randint(0, 2, raw.shape, generator=gen, device="cuda") * 0x80
+    inp.k_buffer.view(torch.uint8)[used] = raw.to(torch.uint8)
+    inp.k_extend.mul_(2.0**-9)  # (exact in bf16; v_extend is its view)
+    check(inp, workspace(inp))
+
+
+@pytest.mark.parametrize("kv", ["e4m3", "e5m2"])
 def test_uint8_storage_tensor_descales_and_separate_k_v_scales(kv):
     """SGLang's uint8 pool with kv_dtype=, descales as 1-element fp32 device tensors, and a
     v_descale that differs from k_descale: each scales its own side only."""
