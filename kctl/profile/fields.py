@@ -32,6 +32,13 @@ ImageRef = Annotated[
 KERNEL_SOURCE = (
     "must be a directory relative to the repository root, e.g. 'kernels', or null for no kernel"
 )
+SGLANG_VERSION = "must be an SGLang release version, e.g. '0.5.10' or '0.5.10.post1'"
+SglangVersion = Annotated[
+    str,
+    Strict(),
+    Field(pattern=rules.SGLANG_VERSION_PATTERN),
+    says(SGLANG_VERSION),
+]
 RepoDir = Annotated[
     str,
     Strict(),
@@ -78,7 +85,7 @@ AttentionBackend = Annotated[
     enum(ATTENTION_BACKENDS),
     member_of(ATTENTION_BACKENDS),
     says(
-        "must be one of SGLang 0.5.10's attention backends: "
+        "must be one of the attention backends of a known SGLang release: "
         + rules.choices_text(ATTENTION_BACKENDS)
     ),
 ]

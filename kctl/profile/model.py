@@ -47,6 +47,7 @@ from kctl.profile.fields import (
     RatioMap,
     RepoDir,
     ServedName,
+    SglangVersion,
     ShmSize,
     Speedup,
     WeightMap,
@@ -74,6 +75,8 @@ class ImageSpec:
     #: tests only: install the SGLang-compatible simulator as the `sglang` package, so the
     #: unchanged `python3 -m sglang.launch_server ...` command runs it inside the container
     install_simulator: Bool = False
+    #: the SGLang release the image holds; None = the version in ``base``'s tag
+    sglang: SglangVersion | None = None
 
     @model_validator(mode="after")
     def _judge(self, info: ValidationInfo) -> ImageSpec:

@@ -27,6 +27,7 @@ _PAIR_FIELDS = {"env", "min_ratio_per_context", "weights"}
 #: fingerprints and deployment records built on it)
 _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("gate", "policy", "stop_at_first_fail"), False),
+    (("image", "sglang"), None),
 )
 
 
