@@ -13,10 +13,10 @@ import sys
 from kctl.errors import ProfileError
 from kctl.profile.model import Profile, ServerSpec
 from kctl.profile.release import DEFAULT_VERSION, profile_release
-from kctl.profile.rules import KDTREE_BACKEND, MANAGED_FLAGS, Found
+from kctl.profile.rules import MANAGED_FLAGS, Found
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import Release, release
+from kctl.sglang.releases import Release, kernel_choices, release
 
 #: the server command of a test image: its ``sglang`` shim package answers it (the shim
 #: has no ``sglang`` console script, so the release's ``sglang serve`` is not there)
@@ -91,14 +91,6 @@ def server_args(server: ServerSpec, rel: Release | None = None) -> tuple[str, ..
     return tuple(token for token, _ in _rendered(server, rel))
 
 
-def extra_choices(rel: Release) -> dict[str, list[str]]:
-    """Choices kctl's kernel package adds to ``rel``'s parser: the ``kdtree`` attention
-    backend, registered through SGLang's plugin entry points where the release has them."""
-    if rel.hooks.has_plugin_entry_points and rel.hooks.register_attention_backend:
-        return {"attention_backend": [KDTREE_BACKEND]}
-    return {}
-
-
 def _field_value(profile: Profile, path: tuple[str | int, ...]) -> object:
     node: object = profile
     for part in path:
@@ -133,7 +125,7 @@ def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
         if (dest := rel.dest_of(flag)) is not None
     }
     found: list[Found] = []
-    for p in check_argv(rel, argv, managed, own=own, extra_choices=extra_choices(rel)):
+    for p in check_argv(rel, argv, managed, own=own, extra_choices=kernel_choices(rel)):
         if p.severity != "error":
             continue
         path, value = _located(profile, tokens, own, p.index)

@@ -11,7 +11,8 @@ import re
 from typing import TYPE_CHECKING
 
 from kctl.profile.release import release_problems
-from kctl.profile.rules import KDTREE_BACKEND, SIMULATOR_ENV, Found
+from kctl.profile.rules import SIMULATOR_ENV, Found
+from kctl.sglang.releases import KDTREE_BACKEND
 
 if TYPE_CHECKING:
     from kctl.profile.model import (

@@ -28,15 +28,13 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kctl.sglang.releases import releases
+from kctl.sglang.releases import KDTREE_BACKEND, releases
 
 #: validation context key: set by the loader when the input is a profile file
 FILE = "kctl.profile.file"
 #: the error type of every problem kctl words itself
 ERROR_TYPE = "kctl_profile"
 
-#: the attention backend kctl's kernel package registers through SGLang's plugin API
-KDTREE_BACKEND = "kdtree"
 
 
 def _every_release(flag: str) -> tuple[str, ...]:

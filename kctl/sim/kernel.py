@@ -55,14 +55,15 @@ def declined_line(reason: str, sglang_version: str) -> str:
 
 def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
     """Decide the verify path from the launch args and env (pure)."""
-    if not settings.kdtree_verify:
+    backend = args.effective_attention_backend
+    # the kernel serves through its own plugin backend, or the startup hook switched on
+    if not settings.kdtree_verify and backend != "kdtree":
         return VerifyChoice(path="triton", line=None)
     version = settings.sglang_version
     reason: str | None = None
-    backend = args.effective_attention_backend
     if settings.has("kernel_declined"):
         reason = "simulated decline (KCTL_SIM_FAULT=kernel_declined)"
-    elif backend != "triton":
+    elif backend not in ("triton", "kdtree"):
         reason = f"target verify runs on the {backend} attention backend, not triton"
     elif args.kv_cache_dtype not in BF16_KV_DTYPES:
         reason = f"KV cache dtype {args.kv_cache_dtype} is not bf16 (quantised KV cache)"
