@@ -13,10 +13,11 @@ import http.client
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.errors import GateError
+from kctl.gate.trace import ChunkTrace
 
 Clock = Callable[[], float]
 
@@ -49,6 +50,8 @@ class StreamResult:
     completion_tokens: int
     chunks: int
     error: str | None = None
+    #: the chunks' times and the last meta_info: ITL and the speculative fields
+    trace: ChunkTrace = field(default_factory=ChunkTrace)
 
 
 def _short(body: bytes | str) -> str:
@@ -84,6 +87,7 @@ def stream_generate(
     first: tuple[float, int] | None = None
     last: tuple[float, int] | None = None
     chunks = 0
+    trace = ChunkTrace()
     conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout_s)
     resp: http.client.HTTPResponse | None = None
 
@@ -97,7 +101,7 @@ def stream_generate(
             error = f"stream ended after {ct} of {expected_tokens} tokens"
         if error is None and tps is None:
             error = f"decode speed undefined: {ct} tokens in {chunks} chunk(s)"
-        return StreamResult(ttft, tps, clock() - t0, ct, chunks, error)
+        return StreamResult(ttft, tps, clock() - t0, ct, chunks, error, trace)
 
     try:
         conn.request(
@@ -137,6 +141,7 @@ def stream_generate(
                 return result(f"server error: {_error_text(obj)}")
             meta = obj.get("meta_info") or {}
             ct = int(meta.get("completion_tokens") or 0)
+            trace.add(now, meta)
             chunks += 1
             if ct > 0:
                 if first is None:

@@ -95,6 +95,8 @@ def _sample(req: GenRequest, res: StreamResult, round_no: int) -> Sample:
         e2e_s=res.e2e_s,
         completion_tokens=res.completion_tokens,
         error=res.error,
+        itl_s=res.trace.itl_s(),
+        accept_length=res.trace.accept_length(),
     )
 
 
@@ -110,7 +112,9 @@ class _Sender:
         self.clock = clock
         self.t0 = clock()
 
-    def _report(self, phase: str, ctx: int | None, done: int, total: int, last: Sample | None):
+    def _report(
+        self, phase: str, ctx: int | None, done: int, total: int, last: Sample | None
+    ) -> None:
         if self.progress is not None:
             self.progress(GateProgress(phase, ctx, done, total, self.clock() - self.t0, last))
 

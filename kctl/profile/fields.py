@@ -214,3 +214,17 @@ Speedup = Annotated[
 def one_of(choices: str) -> object:
     """Metadata: the message of a ``Literal`` field (``choices`` as the message lists them)."""
     return says("must be one of " + choices)
+
+
+Tolerance = Annotated[
+    float,
+    Strict(),
+    Field(ge=0, lt=1, allow_inf_nan=False),
+    says("must be a fraction in [0, 1), e.g. 0.02 for 2%"),
+]
+LatencyRatio = Annotated[
+    float,
+    Strict(),
+    Field(gt=0, allow_inf_nan=False),
+    says("must be a ratio > 0 (candidate over baseline; 1.1 = up to 10% slower), or null"),
+]

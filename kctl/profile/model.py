@@ -39,6 +39,7 @@ from kctl.profile.fields import (
     HostPath,
     ImageRef,
     KvCacheDtype,
+    LatencyRatio,
     MemFraction,
     MinRatio,
     ModelPath,
@@ -50,6 +51,7 @@ from kctl.profile.fields import (
     SglangVersion,
     ShmSize,
     Speedup,
+    Tolerance,
     WeightMap,
     one_of,
 )
@@ -191,6 +193,15 @@ class PolicySpec:
     #: stop measuring once a binding context is clearly below its threshold (FAIL): the
     #: contexts after it, the concurrency phase and the correctness probes are skipped
     stop_at_first_fail: Bool = False
+    #: how far the candidate's mean speculative acceptance length may move from the
+    #: baseline's, as a fraction of it (a correctness signal: a subtly wrong verify kernel
+    #: accepts fewer, or more, draft tokens long before greedy outputs differ)
+    accept_length_tolerance: Tolerance = 0.02
+    #: optional latency gates, candidate over baseline per context: median TTFT and the
+    #: inter-token latency percentiles; None = shown, not gated
+    max_ttft_ratio: LatencyRatio | None = None
+    max_itl_p50_ratio: LatencyRatio | None = None
+    max_itl_p99_ratio: LatencyRatio | None = None
 
     def threshold(self, context: int) -> float:
         return dict(self.min_ratio_per_context).get(context, self.min_ratio)

@@ -36,7 +36,6 @@ FILE = "kctl.profile.file"
 ERROR_TYPE = "kctl_profile"
 
 
-
 def _every_release(flag: str) -> tuple[str, ...]:
     """The choices of ``flag`` in any known SGLang release, in first-seen order: what a
     field accepts on its own. The profile's own release then decides (see

@@ -18,6 +18,8 @@ def test_first_deploy_measures_baseline_then_promotes(kctl: Kctl) -> None:
     assert r.code == 0, r.err
     assert "PROMOTED" in r.out
     assert "23000" in r.out and "ratio" in r.out  # the gate table is printed
+    assert "SGLang figures (baseline / candidate):" in r.out
+    assert "TTFT ms" in r.out and "accept len" in r.out
     assert serving_health(kctl) == ("cand", "healthy")
     hist = kctl.run("--json", "history").json()["result"]
     kinds = [(h["kind"], h["profile"], h["status"]) for h in hist]
@@ -95,6 +97,26 @@ def test_wrong_outputs_fail_the_correctness_gate(kctl: Kctl) -> None:
     r = kctl.run("deploy", cand)
     assert r.code == 3, r.out + r.err
     assert "correctness" in (r.out + r.err).lower()
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_lower_acceptance_with_identical_tokens_is_rejected(kctl: Kctl) -> None:
+    # the verify path accepts 10% fewer draft tokens: same greedy tokens, same speed
+    prof = candidate_profile(kctl.port, KCTL_SIM_FAULT="low_acceptance")
+    r = kctl.run("--json", "deploy", kctl.write("cand.yaml", prof))
+    assert r.code == 3, r.out + r.err
+    verdict = r.json()["result"]["gate"]["verdict"]
+    assert verdict["verdict"] == "FAIL"
+    assert verdict["reason"].startswith("acceptance length outside the policy: 5700: ")
+    assert "(allowed: within 2% of the baseline)" in verdict["reason"]
+    assert verdict["correctness"]["mismatches"] == []  # the tokens are identical
+    for row in verdict["metrics"]:
+        base, cand = row["baseline"], row["candidate"]
+        assert cand["accept_length"] == pytest.approx(0.9 * base["accept_length"], rel=0.05)
+        for name in ("ttft_s", "itl_p50_s", "itl_p99_s"):
+            assert base[name] > 0 and cand[name] > 0
+    assert {c["metric"] for c in verdict["checks"]} == {"accept_length"}
+    assert "restored and verified" in r.out + r.err
     assert serving_health(kctl) == ("base", "healthy")
 
 
