@@ -7,6 +7,8 @@ budget on buckets whose ratio straddles the threshold before judging again.
 
 from __future__ import annotations
 
+import http.client
+import json
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +20,7 @@ from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_g
 from kctl.gate.measurement import Measurement, ProbeOutput
 from kctl.gate.stats import Sample, summarize
 from kctl.gate.verdict import Verdict, check_correctness, judge
-from kctl.gate.workload import GenRequest, Workload
+from kctl.gate.workload import GenRequest, Workload, fit_vocab
 from kctl.profile.model import PolicySpec
 
 #: extra repeats are spent this many per unclear bucket per round, so a bucket that
@@ -179,7 +181,9 @@ def measure(
     """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
     (recorded, not counted) then its measured requests, then the concurrency phase, then
     the correctness probes. Failed requests are recorded as failed samples. ``stop`` may
-    end it after any context (see :data:`StopFn`)."""
+    end it after any context (see :data:`StopFn`). Prompt ids stay below the vocabulary
+    size the server reports (:func:`~kctl.gate.workload.fit_vocab`)."""
+    workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
     samples: list[Sample] = []
     t_warm = t_meas = 0.0
@@ -227,6 +231,27 @@ def measure(
     )
 
 
+def server_vocab_size(endpoint: Endpoint, timeout_s: float) -> int | None:
+    """The ``vocab_size`` the server reports in ``/get_model_info`` (or ``/model_info``),
+    or None where it reports none (or does not answer: the gate's own requests then say
+    what is wrong)."""
+    for path in ("/get_model_info", "/model_info"):
+        conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout_s)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            info = json.loads(body) if resp.status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError):
+            info = None
+        finally:
+            conn.close()
+        vocab = info.get("vocab_size") if isinstance(info, dict) else None
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+            return vocab
+    return None
+
+
 def _next_index(m: Measurement, context: int, concurrency: int) -> int:
     indices = [
         s.index
@@ -266,6 +291,8 @@ def run_gate(
         return bool(left) and judge(baseline, partial, policy, None, left).verdict == "FAIL"
 
     stop = failed_so_far if policy.stop_at_first_fail else None
+    # fitted here too: the extra repeats below come from the same (fitted) plan
+    workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     candidate = measure(endpoint, workload, fingerprint=fingerprint, label=label,
                         progress=progress, clock=clock, stop=stop)  # fmt: skip
     skipped = unmeasured(candidate) if stop is not None else frozenset()

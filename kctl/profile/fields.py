@@ -228,3 +228,9 @@ LatencyRatio = Annotated[
     Field(gt=0, allow_inf_nan=False),
     says("must be a ratio > 0 (candidate over baseline; 1.1 = up to 10% slower), or null"),
 ]
+VocabSize = Annotated[
+    int,
+    Strict(),
+    Field(gt=356),
+    says("must be the model's vocabulary size, an integer above 356 (e.g. 163840), or null"),
+]

@@ -52,6 +52,7 @@ from kctl.profile.fields import (
     ShmSize,
     Speedup,
     Tolerance,
+    VocabSize,
     WeightMap,
     one_of,
 )
@@ -224,6 +225,9 @@ class GateSpec:
     concurrency: Concurrency | None = None
     request_timeout_s: PosFloat = 600.0
     seed: NonNegInt = 0
+    #: the model's vocabulary size: gate prompts draw token ids below it (and below what
+    #: the server reports in /get_model_info where it does); None = 32000
+    vocab_size: VocabSize | None = None
     policy: PolicySpec = field(default_factory=PolicySpec)
     correctness: CorrectnessSpec = field(default_factory=CorrectnessSpec)
 

@@ -32,6 +32,7 @@ _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("gate", "policy", "max_ttft_ratio"), None),
     (("gate", "policy", "max_itl_p50_ratio"), None),
     (("gate", "policy", "max_itl_p99_ratio"), None),
+    (("gate", "vocab_size"), None),
 )
 
 

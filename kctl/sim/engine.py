@@ -266,6 +266,8 @@ class Engine:
             "model_type": "kimi_k2",
             "architectures": ["DeepseekV3ForCausalLM"],
             "served_model_name": a.served_model_name or a.model_path,
+            # token ids at or above it are refused (see kctl.sim.request)
+            "vocab_size": tokens.VOCAB_SIZE,
         }
 
     def server_info(self) -> dict[str, Any]:
