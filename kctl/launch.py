@@ -151,11 +151,34 @@ def check_launch(profile: Profile) -> None:
         raise ProfileError(lines)
 
 
-def release_line(profile: Profile) -> str:
-    """What ``kctl plan`` shows of the release: ``SGLang 0.5.10 (from image.base's tag)``."""
+def release_info(profile: Profile) -> dict[str, object]:
+    """What ``kctl plan`` shows of the SGLang release, as data: ``version``, ``source``
+    (``image.sglang`` or ``image.base``'s tag), ``launcher``, ``attention_backend`` and
+    ``kernel`` (how the kdtree kernel attaches: ``plugin backend``, ``startup hook``, or
+    None)."""
     rel = profile_release(profile)
-    how = "image.sglang" if profile.image.sglang else "image.base's tag"
-    return f"SGLang {rel.version} (from {how}; launcher: {' '.join(launcher(profile, rel))})"
+    server = profile.server
+    kernel: str | None = None
+    if server.verify_kernel == "kdtree":
+        kernel = "plugin backend" if server.attention_backend == "kdtree" else "startup hook"
+    return {
+        "version": rel.version,
+        "source": "image.sglang" if profile.image.sglang else "image.base's tag",
+        "launcher": " ".join(launcher(profile, rel)),
+        "attention_backend": server.attention_backend,
+        "kernel": kernel,
+    }
+
+
+def release_line(profile: Profile) -> str:
+    """:func:`release_info` as one line: ``SGLang 0.5.10 (from image.base's tag;
+    launcher: sglang serve)``, then the attention backend and the kernel's path."""
+    info = release_info(profile)
+    line = f"SGLang {info['version']} (from {info['source']}; launcher: {info['launcher']})"
+    line += f"; attention backend {info['attention_backend']}"
+    if info["kernel"]:
+        line += f" (kdtree kernel: {info['kernel']})"
+    return line
 
 
 def simulator_env(profile: Profile) -> tuple[tuple[str, str], ...]:

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from kctl.errors import ProfileError
-from kctl.launch import argv_problems, check_launch, launch_spec, release_line, server_args
+from kctl.launch import (
+    argv_problems,
+    check_launch,
+    launch_spec,
+    release_info,
+    release_line,
+    server_args,
+)
 from kctl.profile import load_profile
 from kctl.profile.model import ImageSpec, ServerSpec, SpeculativeSpec
 from kctl.profile.release import image_release, tag_version
@@ -111,8 +118,16 @@ def test_the_release_launcher_and_the_shim_entry() -> None:
     argv = launch_spec(shim, "d", simulate=False).argv
     assert argv[:3] == ("python3", "-m", "sglang.launch_server")
     assert release_line(profile) == (
-        "SGLang 0.5.10 (from image.base's tag; launcher: sglang serve)"
+        "SGLang 0.5.10 (from image.base's tag; launcher: sglang serve); attention backend triton"
     )
+    kernel = load_profile(REPO / "profiles" / "kdtree-graphs.yaml")
+    assert release_info(kernel) == {
+        "version": "0.5.10",
+        "source": "image.base's tag",
+        "launcher": "sglang serve",
+        "attention_backend": "triton",
+        "kernel": "startup hook",
+    }
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -212,6 +227,7 @@ KDTREE = (
 def test_the_kdtree_backend_needs_the_plugin_path(write: Write) -> None:
     profile = load_profile(write("new.yaml", KDTREE.format(version="0.5.11")))
     assert "--attention-backend" in server_args(profile.server, release("0.5.11"))
+    assert release_info(profile)["kernel"] == "plugin backend"
     with pytest.raises(ProfileError) as exc:
         load_profile(write("old.yaml", KDTREE.format(version="0.5.10")))
     assert "old.yaml: server.attention_backend: --attention-backend: 'kdtree' is not a choice" in (
