@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import Kctl, candidate_profile, serving_health
+from tests.integration.conftest import Kctl, base_profile, candidate_profile, serving_health
 
 pytestmark = pytest.mark.slow
 
@@ -317,3 +317,30 @@ def test_bench_logs_plan_and_history_after_a_deploy(kctl: Kctl) -> None:
     assert kctl.run("--json", "history").json()["result"] == before
     r = kctl.run("history")
     assert cand_id in r.out and "promoted" in r.out
+
+
+def test_newest_release_end_to_end_with_the_plugin_backend(kctl: Kctl) -> None:
+    # both sides on SGLang 0.5.23: kctl renders its graph flags, the simulator parses
+    # them with 0.5.23's parser and reports its metric names; the kernel serves through
+    # its plugin attention backend (no KDTREE_VERIFY)
+    base = base_profile(kctl.port)
+    base["image"] = {"sglang": "0.5.23"}
+    base["server"]["cuda_graphs"] = True
+    base["server"]["cuda_graph_max_bs"] = 8
+    kctl.write("base.yaml", base)
+    cand = candidate_profile(kctl.port)
+    cand["image"] = {"sglang": "0.5.23"}
+    cand["server"]["env"] = {}
+    cand["server"]["attention_backend"] = "kdtree"
+    cand["gate"]["policy"]["min_ratio"] = 0.5  # this test is about the release, not speed
+    path = kctl.write("cand.yaml", cand)
+    plan = kctl.run("--json", "plan", path, "--simulate").json()
+    argv = plan["result"]["launch"]["argv"]
+    assert "--attention-backend" in argv and argv[argv.index("--attention-backend") + 1] == "kdtree"
+    assert "--cuda-graph-backend-decode" in argv and "--disable-cuda-graph" not in argv
+    assert plan["result"]["launch"]["env"]["KCTL_SIM_SGLANG_VERSION"] == "0.5.23"
+    r = kctl.run("--json", "deploy", path)
+    assert r.code == 0, r.out + r.err
+    verdict = r.json()["result"]["gate"]["verdict"]
+    assert all(row["candidate"]["accept_length"] for row in verdict["metrics"])
+    assert serving_health(kctl) == ("cand", "healthy")
