@@ -83,12 +83,14 @@ class CliReporter:
 
 
 def _context() -> Any:
+    from kctl.backend import make_backend
     from kctl.controller.context import Context, default_state_dir
 
-    root = OPTS.state_dir or default_state_dir()
+    root = Path(OPTS.state_dir or default_state_dir()).expanduser().resolve()
+    backend = make_backend(simulate=OPTS.simulate)  # the one place simulation is chosen
     return Context(
-        state_root=Path(root).expanduser().resolve(),
-        simulate=OPTS.simulate,
+        state_dir=backend.state_dir(root),
+        backend=backend,
         reporter=CliReporter(quiet=OPTS.json),
     )
 
@@ -200,9 +202,13 @@ def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
         "launch: " + " ".join(result["launch"]["argv"]),
         "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
         f"gate: {result['gate']['requests']} requests over contexts "
-        f"{result['gate']['contexts']}, about {result['gate']['estimated_duration_s']:.0f} s",
+        f"{result['gate']['contexts']}, " + _duration(result["gate"]["estimated_duration_s"]),
+        "preconditions: " + ", ".join(result["preconditions"]),
         "steps:",
-    ] + [f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])]
+        *(f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])),
+        "on failure after the host changed:",
+        *(f"  {i + 1}. {s}" for i, s in enumerate(result["revert"])),
+    ]
     if "image" in result:
         lines += [
             "",
@@ -212,6 +218,12 @@ def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
             json.dumps(result["run_spec"], indent=2, default=str),
         ]
     _emit("plan", result, "\n".join(lines))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "duration unknown until the baseline has been measured"
+    return f"about {seconds:.0f} s (from the baseline's stored measurement)"
 
 
 @app.command()
@@ -395,8 +407,6 @@ def _json_requested(args: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps errors to one line and an exit code."""
-    from kctl.render import envelope
-
     args = hoist_globals(sys.argv[1:] if argv is None else list(argv))
     command = command_name(args)
     words = command.split()
@@ -417,51 +427,61 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except KctlError as exc:
-        result = getattr(exc, "result", None)
-        if OPTS.json:
-            print(
-                envelope(
-                    command,
-                    ok=False,
-                    exit_code=exc.exit_code,
-                    result=result.to_dict() if result is not None else None,
-                    error={"type": type(exc).__name__, "message": exc.message, "hint": exc.hint},
-                )
-            )
-        else:
-            if result is not None:
-                from kctl.render import deploy_text
-
-                print(deploy_text(result.to_dict()))
-            tail = getattr(exc, "log_tail", "") or ""
-            if tail:
-                print("last log lines:\n" + tail, file=sys.stderr)
-            print(f"kctl: error: {exc}", file=sys.stderr)
-        if OPTS.verbose:
-            traceback.print_exc()
+        _report_error(command, exc)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kctl: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # usage errors from the option parser, and real bugs
-        if type(exc).__name__ == "Abort":
-            print("kctl: aborted", file=sys.stderr)
-            return 130
-        show = getattr(exc, "show", None)
-        if callable(show) and hasattr(exc, "exit_code"):  # a click/typer usage error
-            show()  # usage and message on stderr
-            if _json_requested(args):  # the parse may have failed before OPTS was set
-                ctx = getattr(exc, "ctx", None)
-                path = ctx.command_path if ctx is not None else "kctl"
-                fmt = getattr(exc, "format_message", None)
-                print(_usage_envelope(command, path, fmt() if callable(fmt) else str(exc)))
-            return 2
+    except typer.Abort:
+        print("kctl: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:  # a usage error from the option parser
+        show = getattr(exc, "show", None)  # the parser's own usage text
+        if callable(show):
+            show()
+        else:
+            print(f"kctl: error: {exc.format_message()}", file=sys.stderr)
+        if _json_requested(args):  # the parse may have failed before OPTS was set
+            ctx = getattr(exc, "ctx", None)
+            path = ctx.command_path if ctx is not None else "kctl"
+            print(_usage_envelope(command, path, exc.format_message()))
+        return 2
+    except Exception as exc:  # a bug
         print(f"kctl: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if OPTS.verbose:
             traceback.print_exc()
         else:
             print("  run with --verbose for the traceback, and please report it", file=sys.stderr)
         return 1
+
+
+def _report_error(command: str, exc: KctlError) -> None:
+    """One error, as the envelope under --json, else one stderr line (with the rejected
+    deploy's result on stdout and the candidate's last log lines first)."""
+    from kctl.errors import CandidateRejected
+    from kctl.render import envelope
+
+    result = exc.result if isinstance(exc, CandidateRejected) else None
+    if OPTS.json:
+        print(
+            envelope(
+                command,
+                ok=False,
+                exit_code=exc.exit_code,
+                result=result,
+                error={"type": type(exc).__name__, "message": exc.message, "hint": exc.hint},
+            )
+        )
+    else:
+        if result is not None:
+            from kctl.render import deploy_text
+
+            print(deploy_text(result))
+        if isinstance(exc, CandidateRejected) and exc.log_tail:
+            print("last log lines:\n" + exc.log_tail, file=sys.stderr)
+        print(f"kctl: error: {exc}", file=sys.stderr)
+    if OPTS.verbose:
+        traceback.print_exc()
 
 
 if __name__ == "__main__":

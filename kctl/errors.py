@@ -1,5 +1,6 @@
-"""Typed errors for kctl. Every error a user can meet derives from :class:`KctlError`
-and carries the process exit code that the CLI returns for it.
+"""Typed errors for kctl. Every exception kctl raises derives from :class:`KctlError` and
+carries the process exit code that the CLI returns for it; an error's data are declared
+fields, never attributes attached later.
 
 Hierarchy (exit code in brackets)::
 
@@ -8,6 +9,7 @@ Hierarchy (exit code in brackets)::
     │   ├── ProfileError [2]             a profile file failed validation (file, field, fix)
     │   └── UsageError [2]               bad flags or arguments
     ├── CandidateRejected [3]            gate/health failed; the baseline was restored and verified
+    │                                    (``result``: the deploy's result, ``log_tail``)
     ├── Degraded [4]                     a revert or rollback failed; the host needs a human
     ├── PreconditionFailed [5]           nothing was changed
     │   ├── LockHeld [5]                 another kctl holds the deploy lock
@@ -16,21 +18,35 @@ Hierarchy (exit code in brackets)::
     │   ├── BuildFailed [5]              the serving image did not build
     │   ├── PendingTransaction [5]       an interrupted deploy must be resolved first
     │   └── StoreError [5]               the state store is corrupt, newer, or unwritable
-    │       └── StoreCorrupt [5]
-    ├── HealthFailed [1]                 internal to a deploy: the candidate never became healthy
+    │       ├── StoreCorrupt [5]
+    │       └── DeploymentNotFound [2]   no deployment has the id a user named (also a UsageError)
+    ├── HealthFailed [1]                 internal to a deploy: the server never became healthy
     ├── GateError [1]                    internal to a deploy: the gate could not run
-    └── Interrupted [130]                SIGINT/SIGTERM during a transaction
+    ├── GateRejected [3]                 internal to a deploy: the verdict says do not promote
+    ├── ServerError [1]                  an SGLang server did not answer as asked (kctl.sglang.client)
+    │   ├── ServerUnreachable [1]        no connection, reset, or no answer in time
+    │   │   └── ServerTimeout [1]
+    │   ├── ServerBadStatus [1]          an HTTP status other than 200 (``status``, ``body``)
+    │   └── ServerBadBody [1]            a 200 whose body is not what was asked for (``body``)
+    ├── Interrupted [130]                SIGINT/SIGTERM during a transaction
+    └── RevertAborted [4]                a second signal while the baseline was being restored
 
-``HealthFailed``, ``GateError`` and ``Interrupted`` are caught by the deploy transaction,
-which reverts and re-raises them as :class:`CandidateRejected` or :class:`Degraded`.
-They only reach the user from commands that have nothing to revert (``kctl bench``).
+``HealthFailed``, ``GateError``, ``GateRejected``, ``ServerError`` and ``Interrupted`` are
+caught by the deploy executor, which reverts and re-raises them as :class:`CandidateRejected`
+or :class:`Degraded`. They only reach the user from commands that have nothing to revert
+(``kctl bench``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kctl.runtime.base import Instance
+
 
 class KctlError(Exception):
-    """Root of every error kctl reports to a user."""
+    """Root of every error kctl raises."""
 
     exit_code = 1
 
@@ -65,9 +81,23 @@ class UsageError(InvalidInput):
 
 
 class CandidateRejected(KctlError):
-    """The candidate failed health or the gate; the baseline runs again, verified."""
+    """The candidate failed health or the gate; the baseline runs again, verified.
+    ``result`` is the deploy's result (as ``--json`` prints it); ``log_tail`` the
+    candidate's last log lines when its health failed."""
 
     exit_code = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        result: dict[str, Any] | None = None,
+        log_tail: str = "",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.result = result
+        self.log_tail = log_tail
 
 
 class Degraded(KctlError):
@@ -110,9 +140,25 @@ class StoreCorrupt(StoreError):
     pass
 
 
+class DeploymentNotFound(StoreError, UsageError):
+    """No deployment has the id (or unique id prefix) a user named."""
+
+    exit_code = 2
+
+    def __init__(self, deployment_id: str, *, ambiguous: bool = False) -> None:
+        if ambiguous:
+            message = f"deployment id {deployment_id!r} is ambiguous; see `kctl history`"
+        else:
+            message = f"no deployment {deployment_id}; see `kctl history`"
+        super().__init__(message)
+        self.deployment_id = deployment_id
+        self.ambiguous = ambiguous
+
+
 class HealthFailed(KctlError):
     """The server did not become healthy. ``matched_line`` is the fatal log line that
-    ended the wait early, when there was one; ``log_tail`` the last log lines."""
+    ended the wait early, when there was one; ``log_tail`` the last log lines;
+    ``instance`` the server that failed, once it is known (so a caller can stop it)."""
 
     def __init__(
         self,
@@ -122,15 +168,76 @@ class HealthFailed(KctlError):
         matched_line: str | None = None,
         log_tail: str = "",
         hint: str | None = None,
+        instance: Instance | None = None,
     ) -> None:
         super().__init__(message, hint=hint)
         self.phase = phase
         self.matched_line = matched_line
         self.log_tail = log_tail
+        self.instance = instance
 
 
 class GateError(KctlError):
     pass
+
+
+class GateRejected(KctlError):
+    """The gate's verdict does not allow promotion. ``gate`` is the stored gate result,
+    ``table`` its rendering."""
+
+    exit_code = 3
+
+    def __init__(self, verdict: str, reason: str, gate: dict[str, Any], table: str) -> None:
+        super().__init__(f"gate {verdict}: {reason}")
+        self.verdict = verdict
+        self.reason = reason
+        self.gate = gate
+        self.table = table
+
+
+class ServerError(KctlError):
+    """An SGLang server did not answer a request as asked. ``request`` names it
+    (``GET /health``)."""
+
+    def __init__(self, message: str, *, request: str) -> None:
+        super().__init__(message)
+        self.request = request
+
+
+class ServerUnreachable(ServerError):
+    """No connection, the connection broke, or no answer in time. ``cause`` names the
+    underlying error (``ConnectionRefusedError: ...``)."""
+
+    def __init__(self, request: str, cause: str) -> None:
+        super().__init__(f"{request}: {cause}", request=request)
+        self.cause = cause
+
+
+class ServerTimeout(ServerUnreachable):
+    def __init__(self, request: str, timeout_s: float) -> None:
+        super().__init__(request, f"timed out after {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+class ServerBadStatus(ServerError):
+    """The server answered with an HTTP status other than 200; ``body`` is its start."""
+
+    def __init__(self, request: str, status: int, body: str) -> None:
+        super().__init__(
+            f"{request}: HTTP {status}" + (f" {body}" if body else ""), request=request
+        )
+        self.status = status
+        self.body = body
+
+
+class ServerBadBody(ServerError):
+    """The server answered 200 with a body that is not what was asked for."""
+
+    def __init__(self, request: str, problem: str, body: str) -> None:
+        text = f"{request}: {problem}" + (f": {body}" if body else "")
+        super().__init__(text, request=request)
+        self.problem = problem
+        self.body = body
 
 
 class Interrupted(KctlError):
@@ -138,4 +245,14 @@ class Interrupted(KctlError):
 
     def __init__(self, signal_name: str) -> None:
         super().__init__(f"interrupted by {signal_name}")
+        self.signal_name = signal_name
+
+
+class RevertAborted(KctlError):
+    """A second interrupt arrived while the baseline was being restored."""
+
+    exit_code = 4
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"revert aborted by a second {signal_name}")
         self.signal_name = signal_name

@@ -23,7 +23,6 @@ used, so local processes and docker containers are watched the same way.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import re
 import socket
@@ -33,9 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kctl.errors import HealthFailed, KctlError
+from kctl.errors import HealthFailed, KctlError, ServerError
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, Runtime
+from kctl.sglang.client import SGLangClient, short
 
 #: log lines that end the wait at once: the server cannot recover from these
 FATAL_PATTERNS: tuple[str, ...] = (
@@ -124,7 +124,7 @@ class HealthReport:
         )
 
 
-class _NotYet(Exception):
+class _NotYet(KctlError):
     """An attempt did not pass; retried until the deadline."""
 
     def __init__(self, detail: str) -> None:
@@ -220,49 +220,25 @@ def _port_open(host: str, port: int, timeout_s: float) -> None:
         raise _NotYet(f"port {port} not open ({exc.strerror or exc})") from None
 
 
-def _http(
-    host: str, port: int, method: str, path: str, timeout_s: float, body: bytes | None = None
-) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+def _health_ok(client: SGLangClient, timeout_s: float) -> None:
     try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise _NotYet(f"{method} {path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        conn.close()
+        client.health(timeout_s)
+    except ServerError as exc:
+        raise _NotYet(exc.message) from None
 
 
-def _health_ok(host: str, port: int, timeout_s: float) -> None:
-    status, body = _http(host, port, "GET", "/health", timeout_s)
-    if status != 200:
-        text = body[:200].decode("utf-8", "replace").strip()
-        raise _NotYet(f"GET /health: HTTP {status}" + (f" {text}" if text else ""))
-
-
-def _generation_ok(host: str, port: int, timeout_s: float) -> None:
+def _generation_ok(client: SGLangClient, timeout_s: float) -> None:
     payload = {
         "input_ids": list(GENERATION_PROBE_IDS),
         "sampling_params": {"max_new_tokens": GENERATION_PROBE_TOKENS, "temperature": 0.0},
-        "stream": False,
     }
-    status, body = _http(host, port, "POST", "/generate", timeout_s, json.dumps(payload).encode())
-    text = body[:200].decode("utf-8", "replace").strip()
-    if status != 200:
-        raise _NotYet(f"POST /generate: HTTP {status} {text}")
     try:
-        obj = json.loads(body)
-    except ValueError:
-        raise _NotYet(f"POST /generate: not JSON: {text}") from None
-    if isinstance(obj, list):
-        obj = obj[0] if obj else {}
-    if not isinstance(obj, dict) or "error" in obj:
-        raise _NotYet(f"POST /generate: {text}")
+        obj = client.generate(payload, timeout_s)
+    except ServerError as exc:
+        raise _NotYet(exc.message) from None
     meta = obj.get("meta_info") or {}
     if not obj.get("output_ids") and not meta.get("completion_tokens"):
-        raise _NotYet(f"POST /generate: no tokens generated: {text}")
+        raise _NotYet(f"POST /generate: no tokens generated: {short(json.dumps(obj))}")
 
 
 def wait_healthy(
@@ -283,29 +259,76 @@ def wait_healthy(
     at once when the process exits, a fatal line is logged or the kernel activation
     contract is broken, or when the deadline passes (naming the phase it was stuck in).
     """
-    from tenacity import RetryCallState, Retrying, retry_if_exception_type
-
     spec = profile_health
-    start = clock()
-    deadline = start + spec.deadline_s
-    poll = max(spec.poll_interval_s, 0.01)
-    probe_host = _probe_host(host)
-    watch = _LogWatch(runtime, instance, spec.fatal_patterns, verify_kernel)
-    restarts: list[int] = []  # the restart count seen first; a later increase is a crash
+    wait = _Wait(runtime, instance, spec, verify_kernel, clock, sleep, progress)
+    client = SGLangClient(_probe_host(host), port)
 
-    def check_process(phase: str) -> None:
-        state = runtime.state(instance)
+    def kernel_logged(_timeout: float) -> None:
+        if wait.watch.kernel_line is None:
+            raise _NotYet("no kdtree-verify line in the log yet")
+
+    phases: list[tuple[str, Callable[[float], None]]] = [
+        ("process", lambda _t: None),  # check_process raises _NotYet while it is not running
+        ("port", lambda t: _port_open(client.host, port, t)),
+        ("health", lambda t: _health_ok(client, t)),
+    ]
+    if spec.require_generation:
+        phases.append(("generate", lambda t: _generation_ok(client, t)))
+    timings = [wait.phase(name, probe, wait.deadline) for name, probe in phases]
+    if verify_kernel == "kdtree":
+        grace_end = min(wait.deadline, clock() + KERNEL_LINE_GRACE_S)
+        timings.append(wait.phase("kernel", kernel_logged, max(grace_end, clock())))
+    else:
+        with contextlib.suppress(_NotYet):
+            wait.check_process("generate" if spec.require_generation else "health")
+    return HealthReport(
+        phases=tuple(timings),
+        total_s=clock() - wait.start,
+        kernel_line=wait.watch.kernel_line,
+        ready_line_seen=wait.watch.ready,
+    )
+
+
+class _Wait:
+    """One wait for health: the process and log checks made before every attempt, and
+    the phases, each retried with backoff (tenacity, injected clock and sleep)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        instance: Instance,
+        spec: HealthSpec,
+        verify_kernel: VerifyKernel,
+        clock: Clock,
+        sleep: Sleep,
+        progress: Callable[[HealthProgress], None] | None,
+    ) -> None:
+        self.runtime = runtime
+        self.instance = instance
+        self.spec = spec
+        self.clock = clock
+        self.sleep = sleep
+        self.progress = progress
+        self.start = clock()
+        self.deadline = self.start + spec.deadline_s
+        self.poll = max(spec.poll_interval_s, 0.01)
+        self.watch = _LogWatch(runtime, instance, spec.fatal_patterns, verify_kernel)
+        #: the restart count seen first; a later increase is a crash
+        self.restarts: int | None = None
+
+    def check_process(self, phase: str) -> None:
+        state = self.runtime.state(self.instance)
         # scan the log first: a crash's own fatal line explains it better than its exit code
-        watch.scan(phase, final=not state.running)
-        if not restarts:
-            restarts.append(state.restart_count)
+        self.watch.scan(phase, final=not state.running)
+        if self.restarts is None:
+            self.restarts = state.restart_count
         if state.running:
-            if state.restart_count > restarts[0]:
+            if state.restart_count > self.restarts:
                 raise HealthFailed(
                     f"the server was restarted by the runtime during {phase} "
                     f"(restart count {state.restart_count}): it crashed",
                     phase=phase,
-                    log_tail=watch.tail(),
+                    log_tail=self.watch.tail(),
                 )
             return
         # a container that is created but not yet started is worth waiting for; anything
@@ -317,85 +340,65 @@ def wait_healthy(
         raise HealthFailed(
             f"the server process {what} during {phase}{detail}",
             phase=phase,
-            log_tail=watch.tail(),
+            log_tail=self.watch.tail(),
             hint="the log tail below shows why; `kctl logs` shows all of it",
         )
 
-    def run_phase(phase: str, probe: Callable[[float], None], until: float) -> PhaseTiming:
-        t0 = clock()
-        attempts = 0
+    def phase(self, phase: str, probe: Callable[[float], None], until: float) -> PhaseTiming:
+        """Retry ``probe`` until it passes or ``until``; HealthFailed when it never did."""
+        from tenacity import RetryCallState, Retrying, retry_if_exception_type
+
+        t0 = self.clock()
+        tries = [0]
         last = [""]
 
         def attempt() -> None:
-            nonlocal attempts
-            attempts += 1
-            if progress is not None:
-                progress(HealthProgress(phase, clock() - start, spec.deadline_s, attempts, last[0]))
-            check_process(phase)
-            remaining = max(until - clock(), 0.01)
+            tries[0] += 1
+            if self.progress is not None:
+                elapsed = self.clock() - self.start
+                self.progress(
+                    HealthProgress(phase, elapsed, self.spec.deadline_s, tries[0], last[0])
+                )
+            self.check_process(phase)
+            remaining = max(until - self.clock(), 0.01)
             try:
-                probe(min(spec.request_timeout_s, remaining))
+                probe(min(self.spec.request_timeout_s, remaining))
             except _NotYet as exc:
                 last[0] = exc.detail
                 raise
 
         def wait(rs: RetryCallState) -> float:
             # backoff from poll/8 doubling to poll, never sleeping past the deadline
-            backoff = min(poll, poll / 8 * 2 ** (rs.attempt_number - 1))
-            return max(min(backoff, until - clock()), 0.0)
+            backoff = min(self.poll, self.poll / 8 * 2.0 ** (rs.attempt_number - 1))
+            return max(min(backoff, until - self.clock()), 0.0)
 
         retrying = Retrying(
             retry=retry_if_exception_type(_NotYet),
-            stop=lambda rs: clock() >= until,
+            stop=lambda rs: self.clock() >= until,
             wait=wait,
-            sleep=sleep,
+            sleep=self.sleep,
             reraise=True,
         )
         try:
             retrying(attempt)
         except _NotYet as exc:
-            if phase == "kernel":
-                raise HealthFailed(
-                    "the server serves but never logged the kdtree kernel activation line "
-                    "(`kdtree-verify: active ...`) although the profile sets "
-                    "server.verify_kernel: kdtree",
-                    phase=phase,
-                    log_tail=watch.tail(),
-                    hint="is KDTREE_VERIFY=1 in server.env and the kernel package installed in "
-                    "the image? `kctl logs` shows the startup log",
-                ) from None
-            raise HealthFailed(
-                f"not healthy after {spec.deadline_s:g} s: stuck in phase '{phase}' ({exc.detail})",
+            raise self._stuck(phase, exc.detail) from None
+        return PhaseTiming(phase, self.clock() - t0, tries[0])
+
+    def _stuck(self, phase: str, detail: str) -> HealthFailed:
+        if phase == "kernel":
+            return HealthFailed(
+                "the server serves but never logged the kdtree kernel activation line "
+                "(`kdtree-verify: active ...`) although the profile sets "
+                "server.verify_kernel: kdtree",
                 phase=phase,
-                log_tail=watch.tail(),
-                hint="a slow model load needs a longer health.deadline_s",
-            ) from None
-        return PhaseTiming(phase, clock() - t0, attempts)
-
-    def process_up(_timeout: float) -> None:
-        return None  # check_process already raised _NotYet while it is not running
-
-    def kernel_logged(_timeout: float) -> None:
-        if watch.kernel_line is None:
-            raise _NotYet("no kdtree-verify line in the log yet")
-
-    phases: list[tuple[str, Callable[[float], None]]] = [
-        ("process", process_up),
-        ("port", lambda t: _port_open(probe_host, port, t)),
-        ("health", lambda t: _health_ok(probe_host, port, t)),
-    ]
-    if spec.require_generation:
-        phases.append(("generate", lambda t: _generation_ok(probe_host, port, t)))
-    timings = [run_phase(name, probe, deadline) for name, probe in phases]
-    if verify_kernel == "kdtree":
-        grace_end = min(deadline, clock() + KERNEL_LINE_GRACE_S)
-        timings.append(run_phase("kernel", kernel_logged, max(grace_end, clock())))
-    else:
-        with contextlib.suppress(_NotYet):
-            check_process("generate" if spec.require_generation else "health")
-    return HealthReport(
-        phases=tuple(timings),
-        total_s=clock() - start,
-        kernel_line=watch.kernel_line,
-        ready_line_seen=watch.ready,
-    )
+                log_tail=self.watch.tail(),
+                hint="is KDTREE_VERIFY=1 in server.env and the kernel package installed in "
+                "the image? `kctl logs` shows the startup log",
+            )
+        return HealthFailed(
+            f"not healthy after {self.spec.deadline_s:g} s: stuck in phase '{phase}' ({detail})",
+            phase=phase,
+            log_tail=self.watch.tail(),
+            hint="a slow model load needs a longer health.deadline_s",
+        )

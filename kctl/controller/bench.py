@@ -1,5 +1,6 @@
 """``kctl bench [PROFILE]``: run a gate workload against what serves now and store it.
-Changes nothing on the host."""
+Changes nothing on the host, but holds the deploy lock while it measures, so no deploy
+replaces the server under it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
-from kctl.controller.deploy import _with_note
+from kctl.controller.host import changing_host
 from kctl.controller.recover import serving_now
 from kctl.errors import PreconditionFailed
 
@@ -39,54 +40,60 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
         render_table,
     )
 
-    store = ctx.open_store()
-    dep = store.serving()
-    if dep is None:
-        raise PreconditionFailed(
-            "nothing serves now, so there is nothing to benchmark", hint="deploy a profile first"
-        )
-    serving_profile = common.profile_of(dep)
-    runtime = ctx.runtime(ctx.runtime_kind(serving_profile))
-    live = serving_now(store, runtime)
-    if live is None or live[0].id != dep.id:
-        raise PreconditionFailed(
-            f"{dep.id} is recorded as serving but does not run",
-            hint="run `kctl status`, then `kctl rollback`",
-        )
-    gate_profile = common.load(profile_path) if profile_path else serving_profile
-    fp = common.fingerprint(ctx, gate_profile, serving_profile)
-    meas = measure(
-        common.endpoint_of(serving_profile),
-        plan_workload(gate_profile.gate),
-        fingerprint=fp,
-        progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
-        clock=ctx.gate_clock(serving_profile),
-    )
-    store.save_measurement(
-        deployment_id=dep.id,
-        profile_hash=serving_profile.content_hash,
-        fingerprint=fp,
-        data=meas.to_dict(),
-    )
-    result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
-    base_path = serving_profile.baseline or gate_profile.baseline
-    if base_path:
-        base = common.load(base_path)
-        bfp = common.fingerprint(ctx, gate_profile, base)
-        stored = store.latest_measurement(
-            base.content_hash, bfp, max_age_s=float("inf"), now=ctx.clock()
-        )
-        if stored is not None:
-            base_meas = Measurement.from_dict(stored[0])
-            correctness = check_correctness(
-                base_meas, meas, max_mismatched=gate_profile.gate.correctness.max_mismatched_prompts
+    with changing_host(ctx, "kctl bench") as host:
+        store = host.store
+        dep = store.serving()
+        if dep is None:
+            raise PreconditionFailed(
+                "nothing serves now, so there is nothing to benchmark",
+                hint="deploy a profile first",
             )
-            verdict = judge(base_meas, meas, gate_profile.gate.policy, correctness)
-            result.compared_with = base.name
-            result.table = _with_note(ctx, serving_profile, render_table(verdict))
-            result.verdict = verdict.to_dict()
-        else:
-            result.warnings.append(
-                f"no stored measurement of baseline {base.name} under this workload to compare with"
+        serving_profile = common.profile_of(dep)
+        runtime = ctx.runtime(ctx.runtime_kind(serving_profile))
+        live = serving_now(store, runtime)
+        if live is None or live[0].id != dep.id:
+            raise PreconditionFailed(
+                f"{dep.id} is recorded as serving but does not run",
+                hint="run `kctl status`, then `kctl rollback`",
             )
-    return result
+        gate_profile = common.load(profile_path) if profile_path else serving_profile
+        fp = common.fingerprint(ctx, gate_profile, serving_profile)
+        meas = measure(
+            common.endpoint_of(serving_profile),
+            plan_workload(gate_profile.gate),
+            fingerprint=fp,
+            progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
+            clock=ctx.gate_clock(serving_profile),
+        )
+        store.save_measurement(
+            deployment_id=dep.id,
+            profile_hash=serving_profile.content_hash,
+            fingerprint=fp,
+            data=meas.to_dict(),
+        )
+        result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
+        base_path = serving_profile.baseline or gate_profile.baseline
+        if base_path:
+            base = common.load(base_path)
+            bfp = common.fingerprint(ctx, gate_profile, base)
+            stored = store.latest_measurement(
+                base.content_hash, bfp, max_age_s=float("inf"), now=ctx.clock()
+            )
+            if stored is not None:
+                base_meas = Measurement.from_dict(stored[0])
+                correctness = check_correctness(
+                    base_meas,
+                    meas,
+                    max_mismatched=gate_profile.gate.correctness.max_mismatched_prompts,
+                )
+                verdict = judge(base_meas, meas, gate_profile.gate.policy, correctness)
+                result.compared_with = base.name
+                note = ctx.backend.note(serving_profile)
+                table = render_table(verdict)
+                result.table = f"{note}\n{table}" if note else table
+                result.verdict = verdict.to_dict()
+            else:
+                result.warnings.append(
+                    f"no stored measurement of baseline {base.name} under this workload to compare with"
+                )
+        return result

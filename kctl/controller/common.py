@@ -1,21 +1,17 @@
-"""Pieces shared by deploy, rollback and bench: profile loading, launch specs, images,
-bringing a server up with health, measuring, and fingerprints."""
+"""Pieces shared by deploy, rollback, plan and bench: profile loading, launch specs, images,
+waiting for health, and fingerprints."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import shutil
 import socket
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import UsageError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
-    from kctl.controller.transaction import Transaction
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, LaunchSpec, Runtime
 
@@ -57,16 +53,7 @@ def image_for(ctx: Context, profile: Profile) -> str | None:
 def launch_spec_for(
     ctx: Context, profile: Profile, deployment_id: str, image: str | None
 ) -> LaunchSpec:
-    from kctl.launch import launch_spec
-
-    spec = launch_spec(profile, deployment_id, simulate=ctx.simulate)
-    if ctx.simulate:
-        # a simulated server never listens beyond loopback, whatever the profile binds
-        argv = list(spec.argv)
-        if "--host" in argv:
-            argv[argv.index("--host") + 1] = "127.0.0.1"
-        spec = dataclasses.replace(spec, argv=tuple(argv), host="127.0.0.1")
-    return dataclasses.replace(spec, image=image) if image else spec
+    return ctx.backend.launch_spec(profile, deployment_id, image)
 
 
 def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Profile) -> Any:
@@ -86,48 +73,6 @@ def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Pr
     )
 
 
-def bring_up(
-    txn: Transaction,
-    runtime: Runtime,
-    profile: Profile,
-    deployment_id: str,
-    image: str | None,
-    why: str,
-) -> tuple[Instance, Any]:
-    """Start a server and wait for health. Raises HealthFailed with the instance attached
-    (``exc.instance``) so the caller can stop it."""
-    from kctl.errors import HealthFailed
-
-    spec = launch_spec_for(txn.ctx, profile, deployment_id, image)
-    instance = txn.start(runtime, spec, why)
-    try:
-        report = wait_healthy(txn.ctx, runtime, instance, profile)
-    except HealthFailed as exc:
-        exc.instance = instance  # type: ignore[attr-defined]
-        raise
-    txn.ctx.reporter.event(f"{deployment_id} is healthy")
-    return instance, report
-
-
-def gpu_description(ctx: Context) -> str:
-    if ctx.simulate:
-        return "simulated"
-    if shutil.which("nvidia-smi") is None:
-        return "no-nvidia-smi"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown-gpu"
-    names = [line.strip() for line in out.splitlines() if line.strip()]
-    return f"{len(names)}x {names[0]}" if names else "unknown-gpu"
-
-
 def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:
     """What a stored measurement must match to be reused as a baseline: the gate workload,
     the model, the GPU, the host, and the measured profile's content."""
@@ -142,10 +87,9 @@ def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:
             "correctness": [gate.correctness.prompts, gate.correctness.tokens],
         },
         "model": measured.server.model_path,
-        "gpu": gpu_description(ctx),
         "host": socket.gethostname(),
         "measured_profile": measured.content_hash,
-        "simulated": ctx.simulate,
+        **ctx.backend.identity(),
     }
     blob = json.dumps(key, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
@@ -163,7 +107,8 @@ def profile_of(deployment: Any) -> Profile:
     which may have changed since)."""
     from kctl.profile.model import Profile
 
-    return _rebuild(Profile, deployment.profile)
+    profile: Profile = _rebuild(Profile, deployment.profile)
+    return profile
 
 
 def _rebuild(cls: type[Profile], data: Any) -> Profile:

@@ -1,6 +1,6 @@
-"""What every command needs: the state dir (and its ``simulate/`` namespace), the store,
-the runtime for a profile, a reporter for progress, and a clock. Built once by the CLI;
-tests build it directly."""
+"""What every command needs: the backend (where servers run, chosen once by the
+CLI with :func:`kctl.backend.make_backend`), its state dir, the store, the runtime for a profile, a reporter for
+progress, and clocks. Built once by the CLI; tests build it directly."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kctl.backend import Backend, HostBackend
 from kctl.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,8 +48,10 @@ def default_state_dir() -> Path:
 
 @dataclass
 class Context:
-    state_root: Path
-    simulate: bool = False
+    """``state_dir`` is the backend's own directory (see :meth:`Backend.state_dir`)."""
+
+    state_dir: Path
+    backend: Backend = field(default_factory=HostBackend)
     reporter: Reporter = field(default_factory=NullReporter)
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
@@ -58,19 +61,14 @@ class Context:
     rebuild: bool = False
     _runtimes: dict[str, Runtime] = field(default_factory=dict)
 
-    @property
-    def state_dir(self) -> Path:
-        """Simulated runs keep their own namespace and never touch a real deployment."""
-        return self.state_root / "simulate" if self.simulate else self.state_root
-
     def gate_clock(self, profile: Profile) -> Callable[[], float]:
-        """The clock the gate times requests with. Simulated servers run time-compressed by
-        the profile's speed-up, so their clock is stretched back: rates, TTFTs and gate
-        timings then read at real-time scale, comparable with the calibration figures."""
-        if not self.simulate:
+        """The clock the gate times requests with, at real-time scale (a backend that
+        compresses time has its clock stretched back, so rates, TTFTs and gate timings are
+        comparable with figures measured on a host)."""
+        scale = self.backend.time_scale(profile)
+        if scale == 1.0:
             return self.monotonic
-        speedup = profile.simulator.speedup
-        return lambda: self.monotonic() * speedup
+        return lambda: self.monotonic() * scale
 
     def open_store(self, *, read_only: bool = False) -> Store:
         from kctl.store import Store
@@ -78,7 +76,7 @@ class Context:
         return Store.open(self.state_dir, read_only=read_only, clock=self.clock)
 
     def runtime_kind(self, profile: Profile) -> str:
-        return "local" if self.simulate else profile.runtime.kind
+        return self.backend.runtime_kind(profile.runtime.kind)
 
     def runtime(self, kind: str) -> Runtime:
         """The runtime of that kind, created once per command."""

@@ -1,8 +1,11 @@
 """``kctl deploy``: the transaction at the heart of kctl.
 
-    plan → lock → reconcile → preflight → build → (measure baseline) → stop current →
-    start candidate → health → gate → promote | revert to the known-good baseline → verify
+    lock → reconcile → preflight → build → plan → execute the plan's steps:
+    (measure baseline) → stop current → start candidate → health → gate → promote,
+    or, on a failure after the host changed, the plan's revert → verify
 
+The plan is built by :func:`kctl.controller.planner.plan_deploy` (what ``kctl plan``
+prints) and run by :class:`kctl.controller.executor.Executor`, which journals each step.
 Every failure after the first host change ends in one of two states: the known-good
 baseline serving again and verified (CandidateRejected, exit 3), or DEGRADED naming the
 next command (Degraded, exit 4). Failures before any change raise PreconditionFailed
@@ -12,31 +15,36 @@ next command (Degraded, exit 4). Failures before any change raise PreconditionFa
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from kctl.controller import common
+from kctl.controller.executor import Executor, RevertFailed
+from kctl.controller.host import HostChange, changing_host
 from kctl.controller.maintenance import prune
-from kctl.controller.recover import reconcile, serving_now
-from kctl.controller.signals import InterruptGuard, RevertAborted
-from kctl.controller.transaction import Transaction
+from kctl.controller.planner import Observed, Serving, plan_deploy
+from kctl.controller.recover import serving_now
+from kctl.controller.runstate import RunState
 from kctl.errors import (
     CandidateRejected,
     Degraded,
     GateError,
+    GateRejected,
     HealthFailed,
     Interrupted,
     KctlError,
     PreconditionFailed,
     PreflightFailed,
+    RevertAborted,
 )
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.controller.steps import Plan
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, Runtime
     from kctl.store import Store
+    from kctl.store.records import Deployment
 
 
 @dataclass
@@ -59,397 +67,161 @@ class DeployResult:
         return dict(self.__dict__)
 
 
-class _Timer:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.start = ctx.monotonic()
-        self.marks: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Any:
-        t0 = self.ctx.monotonic()
-        try:
-            yield
-        finally:
-            self.marks[name] = round(self.marks.get(name, 0.0) + self.ctx.monotonic() - t0, 3)
-
-    def total(self) -> dict[str, float]:
-        return {**self.marks, "total": round(self.ctx.monotonic() - self.start, 3)}
+def observe(
+    ctx: Context, store: Store, runtime: Runtime, candidate: Profile, baseline: Profile | None
+) -> tuple[Observed, tuple[Deployment, Instance] | None]:
+    """What the plan of a deploy depends on: what serves (checked against the runtime),
+    whether the baseline has a known-good record and a fresh stored measurement."""
+    serving = serving_now(store, runtime)
+    view = None
+    if serving is not None:
+        dep = serving[0]
+        view = Serving(deployment=dep.id, profile=dep.profile_name, profile_hash=dep.profile_hash)
+    known = measured = False
+    if baseline is not None:
+        known = store.known_good(baseline.content_hash) is not None
+        fp = common.fingerprint(ctx, candidate, baseline)
+        max_age = candidate.gate.policy.baseline_max_age_s
+        hit = store.latest_measurement(baseline.content_hash, fp, max_age, now=ctx.clock())
+        measured = hit is not None
+    return Observed(view, known, measured), serving
 
 
 def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployResult:
     """Deploy a profile; see the module docstring for the guarantees."""
-    from kctl.lock import DeployLock
-
     candidate, baseline = common.load_pair(profile_path)
     runtime = ctx.runtime(ctx.runtime_kind(candidate))
-    store = ctx.open_store()
-    with DeployLock(ctx.state_dir).acquire(f"kctl deploy {profile_path}") as held:
-        if held.takeover_warning:
-            ctx.reporter.warn(held.takeover_warning)
-        return _Deploy(ctx, store, runtime, candidate, baseline, force, held).run()
-
-
-class _Deploy:
-    def __init__(
-        self,
-        ctx: Context,
-        store: Store,
-        runtime: Runtime,
-        candidate: Profile,
-        baseline: Profile | None,
-        force: bool,
-        held: Any = None,
-    ) -> None:
-        self.held = held
-        self.ctx = ctx
-        self.store = store
-        self.runtime = runtime
-        self.candidate = candidate
-        self.baseline = baseline
-        self.force = force
-        self.timer = _Timer(ctx)
-        self.changed = False  # has the host been touched yet?
-        self.candidate_instance: Instance | None = None
-        self.previous: tuple[Any, Instance] | None = None  # what serves before the next stop
-        self.original: tuple[Any, Instance] | None = None  # what served when the deploy began
-        self.health_report: Any = None
-        self.stage = "candidate"  # whose failure a failure is: "baseline" or "candidate"
-        self.images: dict[str, str | None] = {}
-        self.warnings: list[str] = []
-
-    # -- the transaction -------------------------------------------------------------------
-
-    def run(self) -> DeployResult:
-        ctx, cand = self.ctx, self.candidate
-        notes = reconcile(ctx, self.store, self.runtime, resolver="deploy")
-        for note in notes:
-            ctx.reporter.warn(note)
-            self.warnings.append(note)
-        self.runtime.check_available()
-        serving = serving_now(self.store, self.runtime)
-        if serving and serving[0].profile_hash == cand.content_hash and not self.force:
+    with changing_host(ctx, f"kctl deploy {profile_path}") as host:
+        host.reconcile(runtime, resolver="deploy")
+        runtime.check_available()
+        seen, serving = observe(ctx, host.store, runtime, candidate, baseline)
+        if serving and serving[0].profile_hash == candidate.content_hash and not force:
             dep = serving[0]
             return DeployResult(
                 deployment_id=dep.id,
-                profile=cand.name,
-                profile_hash=cand.content_hash,
+                profile=candidate.name,
+                profile_hash=candidate.content_hash,
                 outcome="already-serving",
-                reason=f"{dep.id} already serves this profile (hash {cand.content_hash[:12]}); "
+                reason=f"{dep.id} already serves this profile (hash {candidate.content_hash[:12]}); "
                 "use --force to deploy it again",
                 serving=dep.id,
-                warnings=self.warnings,
+                warnings=host.warnings,
             )
-        self.previous = serving
-        self.original = serving
-        self._preflight(serving)
-        with self.timer.phase("build"):
-            images = {cand.content_hash: common.image_for(ctx, cand)}
-            if self.baseline is not None:
-                images[self.baseline.content_hash] = common.image_for(ctx, self.baseline)
-        self.images = images
+        _preflight(ctx, runtime, candidate, serving)
+        return _Deploy(host, runtime, candidate, baseline).run(
+            plan_deploy(candidate, baseline, seen), serving
+        )
 
+
+def _preflight(
+    ctx: Context, runtime: Runtime, candidate: Profile, serving: tuple[Deployment, Instance] | None
+) -> None:
+    port = candidate.server.port
+    holder = runtime.port_holder(port)
+    if holder is not None and (serving is None or serving[1].port not in (port, 0)):
+        raise PreflightFailed(
+            f"port {port} is taken by {holder}, which kctl does not own",
+            hint="stop that process, or set server.port in the profile to a free port",
+        )
+    if ctx.runtime_kind(candidate) == "docker":
+        from kctl.preflight import docker_preflight
+
+        docker_preflight(candidate, serving=serving)
+
+
+class _Deploy:
+    """One deploy's execution: the record, the executor, and what a failure becomes."""
+
+    def __init__(
+        self, host: HostChange, runtime: Runtime, candidate: Profile, baseline: Profile | None
+    ) -> None:
+        self.host = host
+        self.ctx = host.ctx
+        self.store = host.store
+        self.runtime = runtime
+        self.candidate = candidate
+        self.baseline = baseline
+
+    def run(self, plan: Plan, serving: tuple[Deployment, Instance] | None) -> DeployResult:
+        ctx, cand = self.ctx, self.candidate
+        images: dict[str, str | None] = {}
+        build_s = ctx.monotonic()
+        images[cand.content_hash] = common.image_for(ctx, cand)
+        if self.baseline is not None:
+            images[self.baseline.content_hash] = common.image_for(ctx, self.baseline)
+        build_s = round(ctx.monotonic() - build_s, 3)
         dep = self.store.new_deployment(
             kind="deploy",
             profile=cand,
             runtime=self.runtime.name,
             parent_id=serving[0].id if serving else None,
         )
-        self.dep_id = dep.id
-        if self.held is not None:
-            self.held = self.held.set_deployment_id(dep.id)
-        self.txn = Transaction(ctx, self.store, dep.id)
+        txn = self.host.transaction(dep.id)
+        state = RunState(
+            txn_id=dep.id,
+            candidate=cand,
+            baseline=self.baseline,
+            original=serving,
+            serving=serving,
+            images=images,
+            warnings=list(self.host.warnings),
+        )
+        self.ex = Executor(ctx, self.store, self.runtime, txn, state)
+        self.ex.timer.marks["build"] = build_s
         ctx.reporter.event(f"deployment {dep.id}: {cand.name} ({cand.source})")
-        guard = InterruptGuard()
-        with guard:
+        with self.ex.guard:
             try:
-                result = self._body()
+                self.ex.run_steps(plan.steps)
             except BaseException as exc:  # noqa: BLE001 - every failure path must revert
                 if isinstance(exc, SystemExit):
                     raise
-                return self._fail(exc, guard)
-        return result
+                return self._fail(plan, exc)
+        return self._result()
 
-    def _body(self) -> DeployResult:
+    def _result(self) -> DeployResult:
+        st, cand = self.ex.state, self.candidate
+        timings = self.ex.timer.total()
+        prune(self.ctx, self.store, self.runtime, cand.runtime.retain)
         if self.baseline is None:
-            return self._establish()
-        from kctl.gate import run_gate
-
-        base_meas = self._baseline_measurement()
-        if self.previous is not None:
-            self.changed = True
-            self.txn.stop(
-                self.runtime,
-                self.previous[1],
-                self.candidate.runtime.stop_timeout_s,
-                why="replaced by the candidate",
-            )
-            self.store.set_serving(None)
-        self.changed = True
-        self.store.update_deployment(self.dep_id, status="starting")
-        with self.timer.phase("candidate_health"):
-            self.candidate_instance, self.health_report = common.bring_up(
-                self.txn,
-                self.runtime,
-                self.candidate,
-                self.dep_id,
-                self.images[self.candidate.content_hash],
-                why="candidate",
-            )
-        self.store.update_deployment(self.dep_id, status="gating")
-        workload = self._workload()
-        with (
-            self.timer.phase("gate"),
-            self.txn.step("gate", contexts=list(self.candidate.gate.contexts)),
-        ):
-            result = run_gate(
-                common.endpoint_of(self.candidate),
-                workload,
-                base_meas,
-                self.candidate.gate.policy,
-                progress=self._gate_progress,
-                clock=self.ctx.gate_clock(self.candidate),
-            )
-        if self.health_report is not None:
-            # the candidate's health phases belong in the verdict's timings line, on the
-            # same (real-time) scale as the gate's own timings
-            scale = self.candidate.simulator.speedup if self.ctx.simulate else 1.0
-            health = tuple((k, v * scale) for k, v in self.health_report.timings())
-            result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
-        gate_dict = result.to_dict()
-        self.store.save_gate_result(self.dep_id, gate_dict)
-        from kctl.gate import render_table
-
-        table = _with_note(self.ctx, self.candidate, render_table(result.verdict))
-        verdict = result.verdict.verdict
-        reason = result.verdict.reason
-        promote = verdict == "PASS" or (
-            verdict == "INCONCLUSIVE" and self.candidate.gate.policy.on_inconclusive == "promote"
-        )
-        if not promote:
-            raise _GateRejected(verdict, reason, gate_dict, table)
-        if verdict == "INCONCLUSIVE":
-            self.warnings.append(
-                "verdict INCONCLUSIVE; promoted because policy.on_inconclusive=promote"
-            )
-        timings = self.timer.total()
-        with self.store.transaction():  # promote is one atomic change of the store
-            self.store.set_serving(self.dep_id)
-            self.store.update_deployment(
-                self.dep_id,
-                status="promoted",
-                verdict=verdict,
-                reason=reason,
-                exit_code=0,
+            return DeployResult(
+                deployment_id=st.txn_id,
+                profile=cand.name,
+                profile_hash=cand.content_hash,
+                outcome="established",
+                reason=st.reason,
+                serving=st.txn_id,
                 timings=timings,
+                warnings=st.warnings,
+                gate={"measurement": st.measurement.to_dict()},
             )
-            self.store.end_transaction(self.dep_id, "promoted")
-        self.ctx.reporter.event(f"promoted {self.dep_id}")
-        prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain)
         return DeployResult(
-            deployment_id=self.dep_id,
-            profile=self.candidate.name,
-            profile_hash=self.candidate.content_hash,
-            outcome="promoted",
-            reason=reason,
-            serving=self.dep_id,
-            baseline=self.baseline.name if self.baseline else None,
-            gate=gate_dict,
-            table=table,
-            timings=timings,
-            warnings=self.warnings,
-        )
-
-    # -- baseline ----------------------------------------------------------------------------
-
-    def _workload(self) -> Any:
-        from kctl.gate import plan_workload
-
-        return plan_workload(self.candidate.gate)
-
-    def _gate_progress(self, p: Any) -> None:
-        self.ctx.reporter.progress(f"gate: {p}")
-
-    def _baseline_measurement(self) -> Any:
-        """The stored measurement of the baseline under this gate, or a fresh one: measured
-        on the running baseline before it is stopped, else on a baseline started for it."""
-        from kctl.gate import Measurement, measure
-
-        assert self.baseline is not None
-        base = self.baseline
-        fp = common.fingerprint(self.ctx, self.candidate, base)
-        stored = self.store.latest_measurement(
-            base.content_hash,
-            fp,
-            max_age_s=self.candidate.gate.policy.baseline_max_age_s,
-            now=self.ctx.clock(),
-        )
-        if stored is not None:
-            data, created_ts = stored
-            age_min = (self.ctx.clock() - created_ts) / 60
-            self.ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
-            return Measurement.from_dict(data)
-        workload = self._workload()
-        if self.previous is not None and self.previous[0].profile_hash == base.content_hash:
-            owner = self.previous[0].id
-            self.ctx.reporter.event(f"measuring the running baseline {owner} before stopping it")
-        else:
-            # nothing known-good serves: bring the baseline up first (it is also the revert target)
-            base_id = self._start_baseline(why="baseline for the gate")
-            owner = base_id
-        with self.timer.phase("baseline_measure"):
-            meas = measure(
-                common.endpoint_of(base),
-                workload,
-                fingerprint=fp,
-                progress=self._gate_progress,
-                clock=self.ctx.gate_clock(self.candidate),
-            )
-        self.store.save_measurement(
-            deployment_id=owner, profile_hash=base.content_hash, fingerprint=fp, data=meas.to_dict()
-        )
-        self.store.update_deployment(self.dep_id, baseline_id=owner)
-        return meas
-
-    def _start_baseline(self, why: str) -> str:
-        """Stop what serves, start the known-good baseline, verify it, mark it serving."""
-        assert self.baseline is not None
-        base = self.baseline
-        if self.previous is not None:
-            self.changed = True
-            self.txn.stop(self.runtime, self.previous[1], base.runtime.stop_timeout_s, why=why)
-            self.store.set_serving(None)
-            self.previous = None
-        self.stage = "baseline"
-        known = self.store.known_good(base.content_hash)
-        if known is None:
-            known = self.store.new_deployment(
-                kind="baseline", profile=base, runtime=self.runtime.name
-            )
-        self.changed = True
-        with self.timer.phase("baseline_health"):
-            instance, _ = common.bring_up(
-                self.txn,
-                self.runtime,
-                base,
-                known.id,
-                self.images[base.content_hash],
-                why=why,
-            )
-        self.store.update_deployment(
-            known.id,
-            status="promoted",
-            verdict="BASELINE",
-            reason="known-good baseline, health verified",
-            exit_code=0,
-        )
-        self.store.set_known_good(base.content_hash, known.id)
-        self.store.set_serving(known.id)
-        self.stage = "candidate"
-        self.previous = (self.store.get_deployment(known.id), instance)
-        return known.id
-
-    def _establish(self) -> DeployResult:
-        """Deploy a baseline profile itself: no gate to pass, but it is measured and becomes
-        the known-good that candidates naming it are gated against and revert to."""
-        from kctl.gate import measure
-
-        cand = self.candidate
-        if self.previous is not None:
-            self.changed = True
-            self.txn.stop(
-                self.runtime, self.previous[1], cand.runtime.stop_timeout_s, why="replaced"
-            )
-            self.store.set_serving(None)
-        self.changed = True
-        with self.timer.phase("health"):
-            self.candidate_instance, _ = common.bring_up(
-                self.txn,
-                self.runtime,
-                cand,
-                self.dep_id,
-                self.images[cand.content_hash],
-                why="known-good baseline",
-            )
-        fp = common.fingerprint(self.ctx, cand, cand)
-        with self.timer.phase("measure"), self.txn.step("measure"):
-            meas = measure(
-                common.endpoint_of(cand),
-                self._workload(),
-                fingerprint=fp,
-                progress=self._gate_progress,
-                clock=self.ctx.gate_clock(self.candidate),
-            )
-        self.store.save_measurement(
-            deployment_id=self.dep_id,
-            profile_hash=cand.content_hash,
-            fingerprint=fp,
-            data=meas.to_dict(),
-        )
-        self.store.set_known_good(cand.content_hash, self.dep_id)
-        self.store.set_serving(self.dep_id)
-        timings = self.timer.total()
-        reason = "known-good baseline serving, health verified and measured"
-        self.store.update_deployment(
-            self.dep_id,
-            status="promoted",
-            verdict="BASELINE",
-            reason=reason,
-            exit_code=0,
-            timings=timings,
-        )
-        self.store.end_transaction(self.dep_id, "promoted")
-        return DeployResult(
-            deployment_id=self.dep_id,
+            deployment_id=st.txn_id,
             profile=cand.name,
             profile_hash=cand.content_hash,
-            outcome="established",
-            reason=reason,
-            serving=self.dep_id,
+            outcome="promoted",
+            reason=st.reason,
+            serving=st.txn_id,
+            baseline=self.baseline.name,
+            gate=st.gate,
+            table=st.table,
             timings=timings,
-            warnings=self.warnings,
-            gate={"measurement": meas.to_dict()},
+            warnings=st.warnings,
         )
 
-    # -- failure paths -------------------------------------------------------------------------
+    # -- failure paths -------------------------------------------------------------------
 
-    def _preflight(self, serving: tuple[Any, Instance] | None) -> None:
-        port = self.candidate.server.port
-        holder = self.runtime.port_holder(port)
-        if holder is not None and (serving is None or serving[1].port not in (port, 0)):
-            raise PreflightFailed(
-                f"port {port} is taken by {holder}, which kctl does not own",
-                hint="stop that process, or set server.port in the profile to a free port",
-            )
-        if self.ctx.runtime_kind(self.candidate) == "docker":
-            from kctl.preflight import docker_preflight
-
-            docker_preflight(self.candidate, serving=serving)
-
-    def _fail(self, exc: BaseException, guard: InterruptGuard) -> DeployResult:
+    def _fail(self, plan: Plan, exc: BaseException) -> NoReturn:
+        st = self.ex.state
         reason, gate, table = _describe(exc)
-        if self.stage == "baseline" and self.baseline is not None:
+        if st.failed_step is not None and st.failed_step.about_baseline and self.baseline:
             reason = (
                 f"baseline {self.baseline.name} could not be brought up to measure it: {reason}"
             )
-        if not self.changed:
-            self.store.update_deployment(
-                self.dep_id,
-                status="failed",
-                reason=reason,
-                exit_code=5,
-                timings=self.timer.total(),
-            )
-            self.store.end_transaction(self.dep_id, "failed before any change")
-            if isinstance(exc, Interrupted):
-                raise exc
-            if isinstance(exc, KctlError) and not isinstance(exc, (HealthFailed, GateError)):
-                raise exc
-            raise PreconditionFailed(f"{reason} (nothing was changed)") from exc
+        if not st.changed:
+            self._failed_unchanged(exc, reason)
         self.ctx.reporter.warn(f"{reason}; reverting")
-        guard.reverting = True
         try:
-            restored = self._revert()
+            self.ex.revert(plan, exc)
         except RevertAborted as abort:
             self._record_degraded(f"{reason}; then {abort}", status="aborted")
             raise Degraded(
@@ -457,26 +229,45 @@ class _Deploy:
                 "NOT verified serving (DEGRADED)",
                 hint="run `kctl rollback` to restore the known-good baseline",
             ) from exc
-        except Exception as revert_exc:  # noqa: BLE001
-            self._record_degraded(f"{reason}; revert failed: {revert_exc}", status="degraded")
+        except RevertFailed as failed:
+            self._record_degraded(f"{reason}; revert failed: {failed.cause}", status="degraded")
             raise Degraded(
                 f"DEGRADED: the candidate failed ({reason}) and restoring the known-good "
-                f"baseline failed too: {revert_exc}",
+                f"baseline failed too: {failed.cause}",
                 hint="inspect `kctl logs`, fix the host, then run `kctl rollback`",
             ) from exc
-        timings = self.timer.total()
+        self._rejected(exc, reason, gate, table)
+
+    def _failed_unchanged(self, exc: BaseException, reason: str) -> NoReturn:
+        st = self.ex.state
         self.store.update_deployment(
-            self.dep_id,
+            st.txn_id, status="failed", reason=reason, exit_code=5, timings=self.ex.timer.total()
+        )
+        self.store.end_transaction(st.txn_id, "failed before any change")
+        if isinstance(exc, Interrupted):
+            raise exc
+        if isinstance(exc, KctlError) and not isinstance(exc, (HealthFailed, GateError)):
+            raise exc
+        raise PreconditionFailed(f"{reason} (nothing was changed)") from exc
+
+    def _rejected(
+        self, exc: BaseException, reason: str, gate: dict[str, Any] | None, table: str | None
+    ) -> NoReturn:
+        st = self.ex.state
+        restored = st.target[0].id if st.target is not None else None
+        timings = self.ex.timer.total()
+        self.store.update_deployment(
+            st.txn_id,
             status="rejected",
             verdict=_verdict_of(exc),
             reason=reason,
             exit_code=3,
             timings=timings,
         )
-        self.store.end_transaction(self.dep_id, "reverted")
-        prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain, self.dep_id)
+        self.store.end_transaction(st.txn_id, "reverted")
+        prune(self.ctx, self.store, self.runtime, self.candidate.runtime.retain, st.txn_id)
         result = DeployResult(
-            deployment_id=self.dep_id,
+            deployment_id=st.txn_id,
             profile=self.candidate.name,
             profile_hash=self.candidate.content_hash,
             outcome="rejected",
@@ -486,102 +277,31 @@ class _Deploy:
             gate=gate,
             table=table,
             timings=timings,
-            warnings=self.warnings,
+            warnings=st.warnings,
         )
-        err = CandidateRejected(
+        raise CandidateRejected(
             f"candidate {self.candidate.name} rejected: {reason}; "
             + (
                 f"known-good {restored} restored and verified"
                 if restored
                 else "nothing served before this deploy, so nothing was restored"
             ),
-        )
-        err.result = result  # type: ignore[attr-defined]
-        if isinstance(exc, HealthFailed) and exc.log_tail:
-            err.log_tail = exc.log_tail  # type: ignore[attr-defined]
-        raise err from exc
-
-    def _revert(self) -> str | None:
-        """Stop whatever this deploy started that is not verified known-good, then bring
-        back the restore target (see :meth:`_restore_target`), verified by health."""
-        target = self._restore_target()
-        timeout = self.candidate.runtime.stop_timeout_s
-        inst = self.candidate_instance
-        if inst is None:
-            # the start may have happened without its result reaching us (interrupted mid-start)
-            inst = self.store.get_deployment(self.dep_id).instance_obj()
-        if inst is not None:
-            self.txn.stop(self.runtime, inst, timeout, why="revert")
-        target_id = target[0].id if target else None
-        for other in self.runtime.running():  # anything else of ours still up holds the port
-            if other.deployment_id != target_id:
-                self.txn.stop(self.runtime, other, timeout, why="revert")
-        if target is None:
-            self.store.set_serving(None)
-            return None
-        dep, profile = target
-        live = serving_now(self.store, self.runtime)
-        if live is not None and live[0].id == dep.id:
-            common.wait_healthy(self.ctx, self.runtime, live[1], profile)
-        else:
-            common.bring_up(
-                self.txn,
-                self.runtime,
-                profile,
-                dep.id,
-                self.images.get(profile.content_hash) or common.image_for(self.ctx, profile),
-                why="revert",
-            )
-        self.store.set_serving(dep.id)
-        return str(dep.id)
-
-    def _restore_target(self) -> tuple[Any, Profile] | None:
-        """What a failed deploy goes back to: the verified known-good deployment of the
-        candidate's baseline; for a baseline deploy (or when that baseline was never
-        verified) whatever served before this deploy; else nothing."""
-        if self.baseline is not None:
-            known = self.store.known_good(self.baseline.content_hash)
-            if known is not None:
-                return known, common.profile_of(known)
-        if self.original is not None:
-            dep = self.original[0]
-            return dep, common.profile_of(dep)
-        return None
+            result=result.to_dict(),
+            log_tail=exc.log_tail if isinstance(exc, HealthFailed) else "",
+        ) from exc
 
     def _record_degraded(self, reason: str, status: str) -> None:
+        st = self.ex.state
         with contextlib.suppress(Exception):
             self.store.set_serving(None)
             self.store.update_deployment(
-                self.dep_id,
-                status=status,
-                reason=reason,
-                exit_code=4,
-                timings=self.timer.total(),
+                st.txn_id, status=status, reason=reason, exit_code=4, timings=self.ex.timer.total()
             )
         # the journal stays open on purpose: `kctl status` reports it, `kctl rollback` resolves it
 
 
-def _with_note(ctx: Context, profile: Profile, table: str) -> str:
-    if not ctx.simulate:
-        return table
-    note = (
-        f"SIMULATED (kctl.sim, time compressed {profile.simulator.speedup:g}x; "
-        "rates and timings shown at real-time scale)"
-    )
-    return f"{note}\n{table}"
-
-
-class _GateRejected(Exception):
-    def __init__(self, verdict: str, reason: str, gate: dict[str, Any], table: str) -> None:
-        super().__init__(f"gate {verdict}: {reason}")
-        self.verdict = verdict
-        self.reason = reason
-        self.gate = gate
-        self.table = table
-
-
 def _describe(exc: BaseException) -> tuple[str, dict[str, Any] | None, str | None]:
-    if isinstance(exc, _GateRejected):
+    if isinstance(exc, GateRejected):
         return f"gate {exc.verdict}: {exc.reason}", exc.gate, exc.table
     if isinstance(exc, HealthFailed):
         matched = (exc.matched_line or "").strip()
@@ -595,7 +315,7 @@ def _describe(exc: BaseException) -> tuple[str, dict[str, Any] | None, str | Non
 
 
 def _verdict_of(exc: BaseException) -> str:
-    if isinstance(exc, _GateRejected):
+    if isinstance(exc, GateRejected):
         return exc.verdict
     if isinstance(exc, HealthFailed):
         return "UNHEALTHY"

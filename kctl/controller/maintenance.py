@@ -55,7 +55,7 @@ def build(ctx: Context, profile_path: str) -> dict[str, Any]:
     if ctx.runtime_kind(profile) != "docker":
         raise UsageError(
             f"{profile.source}: runtime.kind is {profile.runtime.kind!r}"
-            + (" (and --simulate runs locally)" if ctx.simulate else "")
+            + ctx.backend.local_reason()
             + ": there is no image to build"
         )
     tag = common.image_for(ctx, profile)
@@ -63,36 +63,25 @@ def build(ctx: Context, profile_path: str) -> dict[str, Any]:
 
 
 def stop(ctx: Context, *, yes: bool) -> dict[str, Any]:
-    """``kctl stop --yes``: take the service down (every server kctl runs here). The
-    known-good record stays, so ``kctl rollback`` brings it back."""
-    from kctl.controller.recover import reconcile
-    from kctl.lock import DeployLock
+    """``kctl stop --yes``: take the service down (every server kctl runs here), journalled
+    like any host change. The known-good record stays, so ``kctl rollback`` brings it back."""
+    from kctl.controller.executor import Executor
+    from kctl.controller.host import changing_host, new_txn_id
+    from kctl.controller.planner import plan_stop
+    from kctl.controller.runstate import RunState
 
     if not yes:
         raise UsageError(
             "kctl stop takes the serving deployment down", hint="pass --yes to confirm"
         )
-    store = ctx.open_store()
-    try:
-        serving = store.serving()
-        kind = "local" if ctx.simulate else (serving.runtime if serving else "docker")
-        runtime = ctx.runtime(kind)
-        with DeployLock(ctx.state_dir).acquire("kctl stop") as held:
-            if held.takeover_warning:
-                ctx.reporter.warn(held.takeover_warning)
-            for note in reconcile(ctx, store, runtime, resolver="stop"):
-                ctx.reporter.warn(note)
-            stopped = []
-            for inst in runtime.running():
-                ctx.reporter.event(f"stopping {inst.deployment_id}")
-                try:
-                    dep = store.get_deployment(inst.deployment_id)
-                    timeout_s = common.profile_of(dep).runtime.stop_timeout_s
-                except UsageError:  # a server this store never recorded: default timeout
-                    timeout_s = 60.0
-                runtime.stop(inst, timeout_s)
-                stopped.append(inst.deployment_id)
-            store.set_serving(None)
-        return {"stopped": stopped}
-    finally:
-        store.close()
+    with changing_host(ctx, "kctl stop") as host:
+        serving = host.store.serving()
+        runtime = ctx.runtime(ctx.backend.runtime_kind(serving.runtime if serving else "docker"))
+        host.reconcile(runtime, resolver="stop")
+        txn = host.transaction(new_txn_id("s"))
+        state = RunState(txn_id=txn.id)
+        ex = Executor(ctx, host.store, runtime, txn, state)
+        with ex.guard:
+            ex.run_steps(plan_stop().steps)
+        txn.end("stopped")
+    return {"stopped": state.stopped}

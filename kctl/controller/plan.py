@@ -1,4 +1,8 @@
-"""``kctl plan PROFILE``: everything deploy would do, as data. Changes nothing."""
+"""``kctl plan PROFILE``: everything deploy would do, as data. Changes nothing.
+
+The steps are the plan :func:`kctl.controller.planner.plan_deploy` builds from the same
+observations a deploy makes now (what serves, the baseline's known-good record and stored
+measurement), so a deploy run next journals exactly these steps."""
 
 from __future__ import annotations
 
@@ -6,9 +10,14 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
+from kctl.controller.deploy import observe
+from kctl.controller.planner import Observed, plan_deploy
+from kctl.errors import RuntimeUnavailable
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.profile.model import Profile
+    from kctl.store import Store
 
 
 def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
@@ -19,69 +28,42 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
     kind = ctx.runtime_kind(candidate)
     spec = common.launch_spec_for(ctx, candidate, "<new>", None)
     workload = plan_workload(candidate.gate)
-    stored = None
-    if baseline is not None and (ctx.state_dir / "kctl.db").exists():
+    seen, stored, estimate = Observed(serving=None), None, None
+    if (ctx.state_dir / "kctl.db").exists():
         store = ctx.open_store(read_only=True)
         try:
-            fp = common.fingerprint(ctx, candidate, baseline)
-            hit = store.latest_measurement(
-                baseline.content_hash,
-                fp,
-                max_age_s=candidate.gate.policy.baseline_max_age_s,
-                now=ctx.clock(),
-            )
-            stored = hit[1] if hit else None
+            seen = _observe(ctx, store, candidate, baseline)
+            stored = _stored_ts(ctx, store, candidate, baseline)
+            estimate = _estimate(ctx, store, workload, candidate, baseline)
         finally:
             store.close()
-    steps = [
+    steps = plan_deploy(candidate, baseline, seen)
+    preconditions = [
         "lock",
         "reconcile interrupted deploys",
         "preflight (runtime, port" + (", GPU arch, mounts)" if kind == "docker" else ")"),
     ]
     if kind == "docker":
-        steps.append("build images (content-addressed; skipped when unchanged)")
-    if baseline is None:
-        steps += [
-            "stop what serves",
-            f"start {candidate.name}",
-            "health",
-            "measure it and record it as the known-good baseline",
-        ]
-    else:
-        steps.append(
-            f"baseline {baseline.name}: reuse stored measurement from {stored}"
-            if stored
-            else f"baseline {baseline.name}: measure it (the running one before stopping it, "
-            "else start it first)"
-        )
-        steps += [
-            "stop what serves",
-            f"start {candidate.name}",
-            f"health (deadline {candidate.health.deadline_s:.0f} s)",
-            "gate: throughput + correctness vs the baseline"
-            + (
-                " (stops at the first failing context)"
-                if candidate.gate.policy.stop_at_first_fail
-                else ""
-            ),
-            f"promote, or revert to {baseline.name} and verify it",
-        ]
+        preconditions.append("build images (content-addressed; skipped when unchanged)")
     out: dict[str, Any] = {
         "profile": profile_to_dict(candidate),
         "profile_hash": candidate.content_hash,
         "baseline": baseline.source if baseline else None,
         "baseline_hash": baseline.content_hash if baseline else None,
         "runtime": kind,
-        "simulate": ctx.simulate,
+        **ctx.backend.describe(),
         "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
         "gate": {
             "contexts": list(candidate.gate.contexts),
             "requests": _count(workload),
-            "estimated_duration_s": _estimate(workload, candidate, ctx.simulate),
+            "estimated_duration_s": estimate,
             "policy": profile_to_dict(candidate)["gate"]["policy"],
         },
         "stored_baseline_measurement": stored,
-        "steps": steps,
+        "preconditions": preconditions,
+        "steps": [s.describe() for s in steps.steps],
+        "revert": [s.describe() for s in steps.revert],
+        "plan": steps.to_dict(),
     }
     if kind == "docker":
         from kctl.image import plan_image
@@ -95,17 +77,48 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
     return out
 
 
-def _estimate(workload: Any, profile: Any, simulate: bool) -> float:
-    """Gate seconds from the simulator's calibration table (the in-service measurements
-    plus documented estimates); compressed by the simulator's speed-up when simulated."""
-    from kctl.gate import estimate_duration
-    from kctl.sim.calibration import load as load_calibration
+def _observe(ctx: Context, store: Store, candidate: Profile, baseline: Profile | None) -> Observed:
+    runtime = ctx.runtime(ctx.runtime_kind(candidate))
+    try:
+        return observe(ctx, store, runtime, candidate, baseline)[0]
+    except RuntimeUnavailable:  # the plan without the runtime's word: nothing serves
+        return Observed(serving=None)
 
-    cal = load_calibration()
-    path = "kdtree" if profile.server.verify_kernel == "kdtree" else "triton"
-    rates = {c: cal.decode_tps(path, profile.server.cuda_graphs, c) for c in profile.gate.contexts}
+
+def _stored_ts(
+    ctx: Context, store: Store, candidate: Profile, baseline: Profile | None
+) -> float | None:
+    if baseline is None:
+        return None
+    fp = common.fingerprint(ctx, candidate, baseline)
+    max_age = candidate.gate.policy.baseline_max_age_s
+    hit = store.latest_measurement(baseline.content_hash, fp, max_age, now=ctx.clock())
+    return hit[1] if hit else None
+
+
+def _estimate(
+    ctx: Context, store: Store, workload: Any, candidate: Profile, baseline: Profile | None
+) -> float | None:
+    """Gate seconds (of wall time) from the decode rates the store measured on the
+    baseline (on the profile itself for a baseline profile) under this workload; None
+    before it was ever measured."""
+    from kctl.gate import Measurement, estimate_duration
+
+    measured = baseline or candidate
+    fp = common.fingerprint(ctx, candidate, measured)
+    hit = store.latest_measurement(measured.content_hash, fp, float("inf"), now=ctx.clock())
+    if hit is None:
+        return None
+    meas = Measurement.from_dict(hit[0])
+    rates = {
+        s.context: s.median
+        for s in meas.summaries
+        if s.concurrency == 1 and s.median is not None and s.median > 0
+    }
+    if not rates:
+        return None
     seconds = float(estimate_duration(workload, rates))
-    return seconds / profile.simulator.speedup if simulate else seconds
+    return round(seconds / ctx.backend.time_scale(candidate), 1)
 
 
 def _count(workload: Any) -> int:

@@ -8,7 +8,10 @@ store's serving pointer at it, and closes the interrupted transaction with a not
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
+
+from kctl.errors import DeploymentNotFound
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -30,13 +33,24 @@ def serving_now(store: Store, runtime: Runtime) -> tuple[Any, Instance] | None:
     for inst in runtime.running():
         try:
             known = store.get_deployment(inst.deployment_id)
-        except Exception:  # noqa: BLE001 - a process the store never recorded
+        except DeploymentNotFound:  # a process the store never recorded
             continue
         recorded = known.instance_obj()
         if recorded is not None and recorded.port:
             inst = recorded if recorded.ref == inst.ref else inst
         return known, inst
     return None
+
+
+def adopt(store: Store, serving: tuple[Any, Instance] | None) -> None:
+    """Record the live instance of what serves when its record names another one: a start
+    whose result never reached the store (kctl interrupted or killed in the middle of it)."""
+    if serving is None:
+        return
+    dep, inst = serving
+    recorded = dep.instance_obj()
+    if recorded is None or recorded.ref != inst.ref:
+        store.update_deployment(dep.id, instance=inst)
 
 
 def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) -> list[str]:
@@ -47,14 +61,26 @@ def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) ->
         last = txn.last_step
         where = f" during step {last.step!r} ({last.state})" if last else ""
         serving = serving_now(store, runtime)
+        adopt(store, serving)
         store.set_serving(serving[0].id if serving else None)
         now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
-        store.update_deployment(
-            txn_id,
-            status="interrupted",
-            exit_code=4,
-            reason=f"kctl was interrupted{where}; reconciled by {resolver}",
-        )
+        with contextlib.suppress(DeploymentNotFound):  # a stop records no deployment
+            _close_record(store, txn_id, f"kctl was interrupted{where}", resolver)
         store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")
         notes.append(f"deployment {txn_id} was interrupted{where}; {now}")
     return notes
+
+
+def _close_record(store: Store, txn_id: str, what: str, resolver: str) -> None:
+    """Mark the record of an interrupted transaction. One that already ended (a revert
+    aborted or failed: DEGRADED) keeps its status and reason, and gets the resolver's note
+    added; one still in progress becomes interrupted."""
+    from kctl.store.records import TERMINAL_STATUSES
+
+    dep = store.get_deployment(txn_id)
+    if dep.status in TERMINAL_STATUSES:
+        store.update_deployment(txn_id, reason=f"{dep.reason}; reconciled by {resolver}")
+        return
+    store.update_deployment(
+        txn_id, status="interrupted", exit_code=4, reason=f"{what}; reconciled by {resolver}"
+    )

@@ -1,38 +1,44 @@
 """SIGINT/SIGTERM during a transaction become exceptions at the point the main thread is
-at, so every wait and request unwinds through the transaction's revert path.
+at, so every wait and request unwinds through the executor's revert path.
 
-The first signal raises :class:`~kctl.errors.Interrupted`. While the revert runs, a
-second signal raises :class:`RevertAborted`: the user insisted, so kctl stops reverting,
-records the abort and leaves the journal open for ``kctl rollback``.
+Outside a revert, a signal raises :class:`~kctl.errors.Interrupted`. During a revert it
+depends on how many signals the revert tolerates (:meth:`InterruptGuard.begin_revert`):
+a revert that a signal started tolerates none, so the next one raises
+:class:`~kctl.errors.RevertAborted`: the user insisted, so kctl stops reverting, records
+the abort and leaves the journal open for ``kctl rollback``. A revert that a failure
+started (a rejected gate, an unhealthy candidate) tolerates one: a service manager's single
+SIGTERM lets it finish with the baseline serving, and only a second one aborts it.
+A rollback tolerates none.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from kctl.errors import Interrupted
-
-
-class RevertAborted(Exception):
-    """A second interrupt arrived while the baseline was being restored."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(f"revert aborted by a second {signal_name}")
-        self.signal_name = signal_name
+from kctl.errors import Interrupted, RevertAborted
 
 
 class InterruptGuard:
-    """Context manager installing the handlers (main thread only; elsewhere it is inert)."""
+    """Context manager installing the handlers (main thread only; elsewhere it is inert).
+    ``on_deferred`` is told of a signal that a revert tolerates (to say so on stderr)."""
 
     _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, on_deferred: Callable[[str], None] | None = None) -> None:
         self.reverting = False
+        self.tolerate = 0
         self.received: list[str] = []
+        self.on_deferred = on_deferred
         self._previous: dict[int, Any] = {}
+
+    def begin_revert(self, *, tolerate: int) -> None:
+        """From now on signals abort the revert, after ``tolerate`` of them."""
+        self.reverting = True
+        self.tolerate = tolerate
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
@@ -48,6 +54,11 @@ class InterruptGuard:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         self.received.append(name)
-        if self.reverting:
-            raise RevertAborted(name)
-        raise Interrupted(name)
+        if not self.reverting:
+            raise Interrupted(name)
+        if self.tolerate > 0:
+            self.tolerate -= 1
+            if self.on_deferred is not None:
+                self.on_deferred(name)
+            return
+        raise RevertAborted(name)

@@ -3,14 +3,14 @@ import docker, torch or jinja2 on the local runtime's path."""
 
 from __future__ import annotations
 
-import http.client
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kctl.errors import KctlError, UsageError
+from kctl.errors import KctlError, ServerBadStatus, ServerUnreachable, UsageError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.store import Store
 
 
 @dataclass
@@ -52,17 +52,16 @@ def _dep_summary(dep: Any) -> dict[str, Any]:
 
 
 def probe_health(host: str, port: int, timeout_s: float = 3.0) -> str:
-    """One GET /health, for display: 'healthy', 'unhealthy (503)' or 'unreachable (...)'."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    """One GET /health, for display: 'healthy', 'unhealthy (HTTP 503)' or 'unreachable (...)'."""
+    from kctl.sglang.client import SGLangClient
+
     try:
-        conn.request("GET", "/health")
-        resp = conn.getresponse()
-        resp.read()
-        return "healthy" if resp.status == 200 else f"unhealthy (HTTP {resp.status})"
-    except OSError as exc:
-        return f"unreachable ({exc.__class__.__name__})"
-    finally:
-        conn.close()
+        SGLangClient(host, port).health(timeout_s)
+    except ServerBadStatus as exc:
+        return f"unhealthy (HTTP {exc.status})"
+    except ServerUnreachable as exc:
+        return f"unreachable ({exc.cause.split(':')[0]})"
+    return "healthy"
 
 
 def status(ctx: Context) -> StatusReport:
@@ -77,56 +76,12 @@ def status(ctx: Context) -> StatusReport:
         return report
     store = ctx.open_store(read_only=True)
     try:
-        running_now = report.lock is not None and not report.lock.get("stale")
-        for txn in store.open_transactions():
-            last = txn.last_step
-            step = {"step": last.step, "state": last.state, "intent": last.intent} if last else None
-            if running_now:
-                report.in_progress = {"id": txn.txn, "last_step": step}
-            else:
-                report.interrupted.append({"id": txn.txn, "last_step": step})
-        dep = store.serving()
-        if dep is not None:
-            summary = _dep_summary(dep)
-            inst = dep.instance_obj()
-            state = None
-            if inst is not None:
-                try:
-                    state = _state(ctx, inst)
-                except KctlError as exc:
-                    report.health = "unknown"
-                    report.problems.append(f"cannot check {dep.id}: {exc}")
-            if inst is not None and state is not None:
-                summary["process"] = state.detail
-                if state.running:
-                    host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
-                    report.health = probe_health(host, inst.port)
-                else:
-                    report.health = "down"
-                    report.problems.append(
-                        f"the store says {dep.id} serves, but it is {state.detail}; "
-                        "run `kctl rollback` to restore the known-good baseline"
-                    )
-            report.serving = summary
-        else:
-            report.health = "nothing serving"
+        _transactions(report, store)
+        _serving(ctx, report, store)
         known = store.last_known_good()
         if known is not None:
             report.known_good = _dep_summary(known)
-        last_gate = store.last_gate_result()
-        if last_gate is not None:
-            gate_dep, data = last_gate
-            report.last_gate = {
-                "deployment": gate_dep.id,
-                "profile": gate_dep.profile_name,
-                "verdict": gate_dep.verdict,
-                "reason": gate_dep.reason,
-                "timings": gate_dep.timings,
-            }
-            table = _table_from(data)
-            if table and ctx.simulate:
-                table = "SIMULATED (rates and timings at real-time scale)\n" + table
-            report.last_gate_table = table
+        _last_gate(ctx, report, store)
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
         if latest and latest[0].status in ("degraded", "aborted"):
@@ -134,16 +89,73 @@ def status(ctx: Context) -> StatusReport:
                 f"DEGRADED: {latest[0].id} ended {latest[0].status}: {latest[0].reason}. "
                 "Next: `kctl rollback`"
             )
-        for open_txn in report.interrupted:
-            step = open_txn["last_step"]
-            where = f" at step {step['step']!r}" if step else ""
-            report.problems.append(
-                f"deployment {open_txn['id']} was interrupted{where} and not resolved; "
-                "run `kctl rollback` (or deploy again) to reconcile"
-            )
     finally:
         store.close()
     return report
+
+
+def _transactions(report: StatusReport, store: Store) -> None:
+    """Open journal transactions: the one running now (its kctl holds the lock), or
+    interrupted ones a killed kctl left."""
+    running_now = report.lock is not None and not report.lock.get("stale")
+    for txn in store.open_transactions():
+        last = txn.last_step
+        step = {"step": last.step, "state": last.state, "intent": last.intent} if last else None
+        if running_now:
+            report.in_progress = {"id": txn.txn, "last_step": step}
+            continue
+        report.interrupted.append({"id": txn.txn, "last_step": step})
+        where = f" at step {step['step']!r}" if step else ""
+        report.problems.append(
+            f"deployment {txn.txn} was interrupted{where} and not resolved; "
+            "run `kctl rollback` (or deploy again) to reconcile"
+        )
+
+
+def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
+    """What the store says serves, checked against its process, and its health."""
+    dep = store.serving()
+    if dep is None:
+        report.health = "nothing serving"
+        return
+    summary = _dep_summary(dep)
+    report.serving = summary
+    inst = dep.instance_obj()
+    if inst is None:
+        return
+    try:
+        state = _state(ctx, inst)
+    except KctlError as exc:
+        report.health = "unknown"
+        report.problems.append(f"cannot check {dep.id}: {exc}")
+        return
+    summary["process"] = state.detail
+    if state.running:
+        host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
+        report.health = probe_health(host, inst.port)
+    else:
+        report.health = "down"
+        report.problems.append(
+            f"the store says {dep.id} serves, but it is {state.detail}; "
+            "run `kctl rollback` to restore the known-good baseline"
+        )
+
+
+def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
+    last_gate = store.last_gate_result()
+    if last_gate is None:
+        return
+    gate_dep, data = last_gate
+    report.last_gate = {
+        "deployment": gate_dep.id,
+        "profile": gate_dep.profile_name,
+        "verdict": gate_dep.verdict,
+        "reason": gate_dep.reason,
+        "timings": gate_dep.timings,
+    }
+    table = _table_from(data)
+    note = ctx.backend.note(None)
+    report.last_gate_table = f"{note}\n{table}" if table and note else table
 
 
 def _state(ctx: Context, inst: Any) -> Any:

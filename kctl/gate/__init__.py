@@ -1,7 +1,8 @@
 """The throughput and correctness gate.
 
 - :mod:`.workload`: the plan of requests (pure),
-- :mod:`.client`: the streaming ``/generate`` client (standard library HTTP),
+- :mod:`.client`: the timed streaming ``/generate`` request and the greedy probe (on
+  :class:`kctl.sglang.client.SGLangClient`),
 - :mod:`.stats`: samples and per-bucket statistics (pure),
 - :mod:`.measurement`: what a run against one server recorded (JSON round-trip),
 - :mod:`.correctness`: greedy outputs vs the baseline's (pure),

@@ -7,15 +7,13 @@ budget on buckets whose ratio straddles the threshold before judging again.
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kctl.errors import GateError
+from kctl.errors import GateError, ServerError
 from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_generate
 from kctl.gate.measurement import Measurement, ProbeOutput
 from kctl.gate.stats import Sample, summarize
@@ -235,18 +233,12 @@ def server_vocab_size(endpoint: Endpoint, timeout_s: float) -> int | None:
     """The ``vocab_size`` the server reports in ``/get_model_info`` (or ``/model_info``),
     or None where it reports none (or does not answer: the gate's own requests then say
     what is wrong)."""
+    client = endpoint.client()
     for path in ("/get_model_info", "/model_info"):
-        conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout_s)
         try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            body = resp.read()
-            info = json.loads(body) if resp.status == 200 else None
-        except (OSError, http.client.HTTPException, ValueError):
-            info = None
-        finally:
-            conn.close()
-        vocab = info.get("vocab_size") if isinstance(info, dict) else None
+            vocab = client.get_json(path, timeout_s).get("vocab_size")
+        except ServerError:
+            continue
         if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
             return vocab
     return None

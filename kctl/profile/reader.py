@@ -16,9 +16,9 @@ import os
 from typing import Any
 
 import yaml
-from yaml.composer import ComposerError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from kctl.errors import InvalidInput
 from kctl.profile.validate import format_path
 
 #: a profile is a few KB; refuse anything larger before reading it
@@ -29,15 +29,18 @@ MAX_NODES = 10_000
 MAX_DEPTH = 32
 
 
-class ReadError(Exception):
+class ReadError(InvalidInput):
     """A file that cannot be a profile; ``str()`` is the problem without the file name."""
 
 
-class _Bound(ComposerError):
-    """The document exceeds a limit (not a syntax error); ``path`` names where."""
+class _Bound(InvalidInput):
+    """The document exceeds a limit (not a syntax error), raised while it is composed;
+    ``mark`` and ``path`` say where."""
 
     def __init__(self, problem: str, mark: Any, path: tuple[Any, ...] = ()) -> None:
-        super().__init__(None, None, problem, mark)
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
         self.path = path
 
 

@@ -1,5 +1,7 @@
-"""SGLang as kctl knows it, release by release, from 0.5.9 to the newest published one.
+"""SGLang as kctl knows it: the HTTP client, and each release from 0.5.9 to the newest.
 
+- :mod:`kctl.sglang.client`: ``SGLangClient``, the one HTTP client kctl talks to a server
+  with (health, gate, status).
 - :mod:`kctl.sglang.releases`: the release model (``release("0.5.23")``), read from
   ``data/releases.json``: the server parser's options, the launcher, the kernel hooks, the
   speculative-decoding metric names, and the spelling kctl renders per release.

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from kctl.errors import InvalidInput
+
 if TYPE_CHECKING:
     from kctl.sglang.releases import Option, Release
 
@@ -18,7 +20,7 @@ _TYPES: dict[str | None, Callable[[str], Any] | None] = {
 }
 
 
-class ParserError(Exception):
+class ParserError(InvalidInput):
     """What the release's parser would have printed before exiting with status 2."""
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
-from kctl.errors import StoreError, UsageError
+from kctl.errors import DeploymentNotFound, StoreError
 from kctl.store import connection, schema
 from kctl.store.journal import JournalMixin
 from kctl.store.records import (
@@ -269,7 +269,7 @@ class Store(JournalMixin, ResultsMixin):
             return self.get_deployment(current.id)
 
     def get_deployment(self, deployment_id: str) -> Deployment:
-        """The deployment with this id, or with this unique id prefix. Raises UsageError
+        """The deployment with this id, or with this unique id prefix. Raises DeploymentNotFound
         naming the id when there is none."""
         row = self._conn.execute(
             "SELECT * FROM deployments WHERE id = ?", (deployment_id,)
@@ -281,12 +281,10 @@ class Store(JournalMixin, ResultsMixin):
                 (escaped + "%",),
             ).fetchall()
             if len(rows) > 1:
-                raise UsageError(
-                    f"deployment id {deployment_id!r} is ambiguous; see `kctl history`"
-                )
+                raise DeploymentNotFound(deployment_id, ambiguous=True)
             row = rows[0] if rows else None
         if row is None:
-            raise UsageError(f"no deployment {deployment_id}; see `kctl history`")
+            raise DeploymentNotFound(deployment_id)
         return deployment_from_row(row)
 
     def list_deployments(

@@ -8,8 +8,10 @@ around the whole step (so host launch gaps in eager mode count), median of ``--r
 
 Modes:
 
-* ``sglang_eager``  SGLang 0.5.10's Triton ``extend_attention_fwd`` (the router removed);
-* ``kdtree_eager``  the patched backend (startup hook installed before SGLang's import);
+* ``sglang_eager``  the release's Triton ``extend_attention_fwd`` (the router removed);
+* ``kdtree_eager``  the kernel's backend: on a release with the plugin framework (``--wheel``
+  0.5.11 and later) the ``kdtree`` backend its ``load_plugins()`` registers; before that the
+  patched Triton backend (startup hook installed before SGLang's import);
 * ``kdtree_graph``  the patched backend captured in one CUDA graph of all layers;
 * ``sglang_graph``  SGLang's Triton path in a CUDA graph (today's known-good serving mode).
 
@@ -74,7 +76,7 @@ def time_step(step: Any, reps: int, warmup: int) -> float:
     return statistics.median(samples)
 
 
-def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> dict[str, Any]:
+def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -> dict[str, Any]:
     from kdtree_mla.sglang import patch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -91,7 +93,10 @@ def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> 
         context_len=prefix + 64,
         cuda_graph_max_bs=b,
     )
-    backend = tb.TritonAttnBackend(runner)
+    if make.__module__ == "kdtree_mla.sglang.plugin":  # the runner of --attention-backend kdtree
+        runner.server_args.attention_backend = "kdtree"
+        runner.prefill_attention_backend_str = runner.decode_attention_backend_str = "kdtree"
+    backend = make(runner)
     router = vars(backend).get(patch.ROUTER)
     if router is None:
         raise SystemExit("the backend declined the kernel; see the kdtree-verify line above")
@@ -135,11 +140,19 @@ def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> 
     static_rpi = fb.req_pool_indices.clone()
     static_seq = fb.seq_lens.clone()
 
+    out_in_graph = getattr(backend, "kdtree_graph_hooks", "capture_replay") == "out_in_graph"
+    fb_static = SimpleNamespace(
+        **{**vars(fb), "req_pool_indices": static_rpi, "seq_lens": static_seq}
+    )
+
     def capture(fwd: Any) -> torch.cuda.CUDAGraph:
         backend.extend_attention_fwd = fwd
-        backend.init_forward_metadata_capture_cuda_graph(
-            b, b * d, static_rpi, static_seq, None, ForwardMode.TARGET_VERIFY, fb.spec_info
-        )
+        if out_in_graph:  # 0.5.13 on: out_graph before capture, in_graph inside it
+            backend.init_forward_metadata_out_graph(fb_static, True)
+        else:
+            backend.init_forward_metadata_capture_cuda_graph(
+                b, b * d, static_rpi, static_seq, None, ForwardMode.TARGET_VERIFY, fb.spec_info
+            )
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -148,6 +161,8 @@ def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> 
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
+            if out_in_graph:
+                backend.init_forward_metadata_in_graph(fb_static)
             for layer in layer_objs:
                 backend.forward_extend(q, k, v, layer, fb)
         return graph
@@ -159,10 +174,13 @@ def bench_context(tb: Any, prefix: int, args: argparse.Namespace, bw: float) -> 
         graph = capture(fwd)
 
         def graph_step(graph: torch.cuda.CUDAGraph = graph) -> None:
-            backend.init_forward_metadata_replay_cuda_graph(
-                b, static_rpi, static_seq, fb.seq_lens_sum, None, ForwardMode.TARGET_VERIFY,
-                fb.spec_info, fb.seq_lens_cpu,
-            )  # fmt: skip
+            if out_in_graph:
+                backend.init_forward_metadata_out_graph(fb_static, False)
+            else:
+                backend.init_forward_metadata_replay_cuda_graph(
+                    b, static_rpi, static_seq, fb.seq_lens_sum, None, ForwardMode.TARGET_VERIFY,
+                    fb.spec_info, fb.seq_lens_cpu,
+                )  # fmt: skip
             graph.replay()
 
         result[f"{mode}_ms"] = time_step(graph_step, reps, args.warmup if reps == args.reps else 1)
@@ -192,22 +210,45 @@ def main() -> None:
 
     tree = standalone.build_tree(args.wheel, Path(tempfile.mkdtemp(prefix="sglang-")))
     sys.path.insert(0, str(tree))
-    os.environ["KDTREE_VERIFY"] = "1"
-    from kdtree_mla._startup import install
+    if (tree / "sglang" / "srt" / "plugins").is_dir():
+        # The plugin path, as a server on 0.5.11+ takes it: the kernel package's entry point
+        # (a dist-info on the path), the wheel's own load_plugins(), then the registry entry.
+        dist = tree / "kdtree_mla-0.1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kdtree-mla\nVersion: 0.1.0\n")
+        (dist / "entry_points.txt").write_text(
+            "[sglang.srt.plugins]\nkdtree = kdtree_mla.sglang.plugin:register\n"
+        )
+        from sglang.srt.layers.attention import attention_registry
+        from sglang.srt.plugins import load_plugins
 
-    install()
-    from sglang.srt.layers.attention import triton_backend as tb
+        load_plugins()
+        make = attention_registry.ATTENTION_BACKENDS["kdtree"]
+        path = "plugin (--attention-backend kdtree)"
+    else:
+        os.environ["KDTREE_VERIFY"] = "1"
+        from kdtree_mla._startup import install
+
+        install()
+        from sglang.srt.layers.attention import triton_backend as tb
+
+        make = tb.TritonAttnBackend
+        path = "startup hook (KDTREE_VERIFY=1)"
+    version = args.wheel.name.split("-")[1]
 
     bw = copy_bandwidth()
     rows = []
     for prefix in args.contexts:
-        rows.append(bench_context(tb, prefix, args, bw))
+        rows.append(bench_context(make, prefix, args, bw))
         torch.cuda.empty_cache()  # the previous context's 61 KV buffers are garbage now
     device = torch.cuda.get_device_name()
-    report = SimpleNamespace(device=device, copy_bandwidth_tbs=bw / 1e12, rows=rows)
+    report = SimpleNamespace(
+        device=device, sglang=version, path=path, copy_bandwidth_tbs=bw / 1e12, rows=rows
+    )
     if args.json:
         args.json.write_text(json.dumps(vars(report), indent=2))
-    print(f"\n{device}, copy bandwidth {bw / 1e12:.2f} TB/s, {args.layers} layers, "
+    print(f"\nSGLang {version}, {path}")
+    print(f"{device}, copy bandwidth {bw / 1e12:.2f} TB/s, {args.layers} layers, "
           f"B={args.batch} H={args.heads} D={args.draft}, median of {args.reps} ({args.reps_sglang} for SGLang)")  # fmt: skip
     print("| context | SGLang Triton eager | kdtree eager | kdtree graph | SGLang Triton graph "
           "| KV floor | eager speed-up | graph speed-up | rel diff |")  # fmt: skip

@@ -9,11 +9,15 @@ One run measures, on the same GPU:
   * the host path of one eager call (Python to launch, the device synchronised before each
     sample), and per call with a layer stack's calls issued back to back,
   * with --cold-l2 MB, each call after an L2-flushing read (as a model step's weight reads
-    leave L2).
+    leave L2),
+  * with --kv-dtype fp8_e4m3 / fp8_e5m2, all of it on fp8 KV pools (as SGLang stores them,
+    descale 1.0; SGLang's Triton kernel reads the same pools), the copy-bandwidth floor and
+    the BW % counting the fp8 bytes.
 Each case cycles over distinct per-layer KV pools (>= 4x L2 in total) so the L2 cannot hold
 the KV between calls of the same layer. Times are medians over many repetitions.
 
     python3 kernels/bench/bench_verify.py [--json out.json] [--cold-l2 128] [--envelope]
+        [--kv-dtype bf16|fp8_e4m3|fp8_e5m2]
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ sys.path.insert(0, HERE)
 from kdtree_mla import api  # noqa: E402
 from kdtree_mla.inputs import make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
+
+# --kv-dtype: the KV pool's element type (SGLang's --kv-cache-dtype names).
+KV_DTYPES = {"bf16": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 DEFAULT_CASES = [
     # B, H, D, prefix[, "sorted": pool rows in order instead of a random permutation]
@@ -165,13 +172,18 @@ class Case:
         seed=0,
         sorted_pages=False,
         num_ctas=None,
+        kv_dtype=None,
     ):
         self.b, self.h, self.d, self.prefix = b, h, d, prefix
         self.prefixes = prefixes = list(prefix) if isinstance(prefix, list) else [prefix] * b
         assert len(prefixes) == b, "one prefix length a request"
-        per_layer = (sum(prefixes) + b * d) * 1152
+        pool_row = 1152 if kv_dtype is None else 576
+        per_layer = sum(prefixes) * pool_row + b * d * 1152
         self.n_layers = int(min(61, max(2, math.ceil(layers_bytes_target / per_layer))))
-        base = make_inputs(prefixes, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16)
+        self.kv_dtype = kv_dtype
+        base = make_inputs(
+            prefixes, [d] * b, h, device="cuda", seed=seed * 1000, spare_slots=16, kv_dtype=kv_dtype
+        )
         if sorted_pages:  # contiguous pool rows: the best case for the TLB and DRAM pages
             base.kv_indices.copy_(torch.sort(base.kv_indices).values)
         self.meta = base
@@ -179,8 +191,10 @@ class Case:
         used = base.kv_indices.long()
         for i in range(1, self.n_layers):
             x = make_inputs([0] * b, [d] * b, h, device="cuda", seed=seed * 1000 + i, spare_slots=0)
-            kb = torch.full_like(base.k_buffer, float("nan"))  # unused pool rows stay NaN
+            kb = torch.full(base.k_buffer.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
             kb[used] = torch.randn(used.numel(), 1, 576, device="cuda").to(torch.bfloat16)
+            if kv_dtype is not None:  # unused pool rows stay NaN
+                kb = kb.to(kv_dtype)
             x.k_buffer, x.v_buffer = kb, kb[..., :512]
             self.layers.append(x)
         t = b * d
@@ -212,6 +226,7 @@ class Case:
             self.d,
             m.sm_scale,
             workspace=self.ws if ws is None else ws,
+            **({} if self.kv_dtype is None else {"k_descale": 1.0, "v_descale": 1.0}),
         )
 
     def triton(self, fn, i):
@@ -382,6 +397,12 @@ def parse_args(argv=None):
         "model step's weight reads leave it): graph(read + call) - graph(read)",
     )
     ap.add_argument(
+        "--kv-dtype",
+        choices=sorted(KV_DTYPES),
+        default="bf16",
+        help="KV pool element type (fp8: SGLang's fp8 pool layout, descale 1.0)",
+    )
+    ap.add_argument(
         "--num-ctas",
         type=int,
         default=0,
@@ -401,7 +422,14 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
     """Every figure of one case (a JSON row)."""
     b, h, d, prefix, *flags = shape
     case = Case(
-        b, h, d, prefix, seed=ci + 1, sorted_pages="sorted" in flags, num_ctas=args.num_ctas or None
+        b,
+        h,
+        d,
+        prefix,
+        seed=ci + 1,
+        sorted_pages="sorted" in flags,
+        num_ctas=args.num_ctas or None,
+        kv_dtype=KV_DTYPES[args.kv_dtype],
     )
     case.ws.force_variant = args.force_variant
     floor_us = case.kv_bytes / bw * 1e6
@@ -411,6 +439,7 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
         "D": d,
         "prefix": prefix,
         "pages": "sorted" if flags else "random",
+        "kv_dtype": args.kv_dtype,
         "layers": case.n_layers,
         "kv_bytes": case.kv_bytes,
         "floor_us": floor_us,
@@ -419,7 +448,7 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
     row["ours_graph_us"], row["ours_eager_us"] = time_modes(case.ours, case.n_layers, args.reps)
     if flush is not None:
         row["ours_graph_cold_l2_us"] = flushed_graph_us(case.ours, flush, case.n_layers, args.reps)
-    if case.kv_bytes <= 200_000 * 1152:
+    if case.kv_bytes <= 200_000 * 576 * case.meta.k_buffer.element_size():
         from kdtree_mla.ref import verify_attention_ref
 
         x, m = case.layers[-1], case.meta
@@ -439,6 +468,8 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
         )
         out = case.outs[-1].double()
         row["rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
+    else:
+        ref = None
     # The same calls merging in the combine kernel (split_combine: the path of grids wider
     # than the SM count) instead of the fused merge, side by side.
     row["fused"] = case.ws.fused
@@ -452,6 +483,10 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
             row["triton_graph_us"], row["triton_eager_us"] = time_modes(
                 lambda i: case.triton(triton_fn, i), case.n_layers, max(10, args.reps // 2)
             )
+            if ref is not None:  # its error on the same inputs (fp8: q and P cast to fp8 too)
+                case.triton(triton_fn, case.n_layers - 1)
+                out = case.outs[-1].double()
+                row["triton_rel_err_last_layer"] = float((out - ref).norm() / ref.norm())
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             row["triton_error"] = repr(exc)[:300]
     row["bw_frac_graph"] = floor_us / row["ours_graph_us"]
@@ -464,9 +499,9 @@ def print_table(rows) -> None:
     print(
         "\n| B | H | D | prefix | floor us | ours graph us | ours eager us | ours graph, L2 cold us "
         "| two kernels (graph) us | BW % | mma % | Triton graph us | Triton eager us "
-        "| Triton / ours (graph) | host us | host us, back to back |"
+        "| Triton / ours (graph) | host us | host us, back to back | KV | rel err ours / Triton |"
     )
-    print("|---" * 16 + "|")
+    print("|---" * 18 + "|")
     nan = float("nan")
     for r in rows:
         sorted_tag = " sorted" if r["pages"] == "sorted" else ""
@@ -477,7 +512,9 @@ def print_table(rows) -> None:
             f"| {r.get('ours_graph_cold_l2_us', nan):.1f} | {r['split_graph_us']:.1f} "
             f"| {100 * r['bw_frac_graph']:.0f} | {100 * r.get('mma_frac_graph', nan):.1f} "
             f"| {tri:.0f} | {r.get('triton_eager_us', nan):.0f} "
-            f"| {tri / r['ours_graph_us']:.0f}x | {r['host_us']:.1f} | {r['host_burst_us']:.1f} |"
+            f"| {tri / r['ours_graph_us']:.0f}x | {r['host_us']:.1f} | {r['host_burst_us']:.1f} "
+            f"| {r.get('kv_dtype', 'bf16')} | {r.get('rel_err_last_layer', nan):.1e} / "
+            f"{r.get('triton_rel_err_last_layer', nan):.1e} |"
         )
 
 
@@ -496,6 +533,7 @@ def main(argv=None):
             args.force_variant or _C.variant_for_device(torch.cuda.current_device())
         ],
         "forced_variant": args.force_variant,
+        "kv_dtype": args.kv_dtype,
         "num_ctas": args.num_ctas or props.multi_processor_count,
         "cases": [],
     }
@@ -504,7 +542,7 @@ def main(argv=None):
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
     print(
         f"device {props.name} SMs {props.multi_processor_count} variant "
-        f"(stages, smem, pipe, mode, load warps) {res['variant']}"
+        f"(stages, smem, pipe, mode, load warps) {res['variant']}, KV {args.kv_dtype}"
     )
     print(
         f"copy bandwidth (read+write) {bw / 1e12:.3f} TB/s; mma.sync bf16 "

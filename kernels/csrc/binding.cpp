@@ -15,6 +15,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "params.h"
 #include "traits.h"
@@ -72,11 +73,13 @@ Err check_cuda(const Tensor& t, const char* name, const at::Device& dev) {
   return {};
 }
 
+// `dtype`: the element type t must have (the KV pool's may be fp8 or its uint8 storage).
 Err check_bf16_rows(const Tensor& t, const char* name, const at::Device& dev, int64_t d1,
-                    int64_t last, int64_t rows) {
+                    int64_t last, int64_t rows, at::ScalarType dtype = at::kBFloat16) {
   KD_TRY(check_cuda(t, name, dev));
-  KD_CHECK_TYPE(t.scalar_type() == at::kBFloat16, name, ": must be bfloat16 (got ",
-                   t.scalar_type(), ")");
+  KD_CHECK_TYPE(t.scalar_type() == dtype, name, ": must be ",
+                dtype == at::kBFloat16 ? std::string("bfloat16") : std::string(c10::toString(dtype)), " (got ",
+                t.scalar_type(), ")");
   KD_CHECK_VALUE(t.dim() == 3 && (d1 < 0 || t.size(1) == d1) && t.size(2) == last &&
                         (rows < 0 || t.size(0) == rows),
                     name, ": expected shape [", rows < 0 ? std::string("N") : std::to_string(rows),
@@ -167,11 +170,37 @@ Err check_workspace(const WorkspaceHandle& w, const at::Device& dev, int64_t T, 
   return {};
 }
 
+// The KV pool's element type (params.h KvDtype) from k_buffer's dtype and the kv_dtype code the
+// API passes (0: none given; 1 e4m3, 2 e5m2: required for a uint8 pool, else it must agree).
+Err kv_dtype_of(const Tensor& k_buffer, int64_t code, int* kv) {
+  const at::ScalarType st = k_buffer.scalar_type();
+  KD_CHECK_VALUE(code >= 0 && code <= 2, "kv_dtype: must be None, torch.float8_e4m3fn or torch.float8_e5m2");
+  if (st == at::kBFloat16) {
+    KD_CHECK_VALUE(code == 0, "kv_dtype: given as an fp8 type, but k_buffer is bfloat16");
+    *kv = kKvBf16;
+  } else if (st == at::kFloat8_e4m3fn || st == at::kFloat8_e5m2) {
+    *kv = st == at::kFloat8_e4m3fn ? kKvE4m3 : kKvE5m2;
+    KD_CHECK_VALUE(code == 0 || code == *kv, "kv_dtype: disagrees with k_buffer's dtype ", st);
+  } else if (st == at::kByte) {
+    KD_CHECK_VALUE(code != 0, "k_buffer: a uint8 pool needs kv_dtype=torch.float8_e4m3fn or torch.float8_e5m2");
+    *kv = static_cast<int>(code);
+  } else {
+    return cat("TypeError: k_buffer: must be bfloat16, float8_e4m3fn, float8_e5m2 or uint8 with kv_dtype (got ",
+               st, ")");
+  }
+  return {};
+}
+
+// A descale: None (1.0), a Python float, or a 1-element float32 tensor on the device (read by
+// the kernel; no host sync). Sets *value or *ptr.
+Err descale_of(PyObject* obj, const char* name, const at::Device& dev, bool fp8, float* value, const float** ptr);
+
 // custom_mask, mask_indptr and lse may be null (None).
 Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
                      const Tensor& k_buffer, const Tensor& v_buffer, const Tensor& qo_indptr,
                      const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor* custom_mask,
-                     const Tensor* mask_indptr, double sm_scale, const Tensor* lse, const WorkspaceHandle& ws) {
+                     const Tensor* mask_indptr, double sm_scale, const Tensor* lse, const WorkspaceHandle& ws,
+                     PyObject* k_descale, PyObject* v_descale, int64_t kv_code) {
   using Tr = VerifyTraits;
   KD_CHECK_VALUE(q.is_cuda(), "q: must be a CUDA tensor (got ", q.device(), ")");
   const at::Device dev = q.device();
@@ -191,14 +220,21 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   KD_CHECK_VALUE(o.stride(0) % 2 == 0 && o.stride(1) % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(o.data_ptr()) % 4 == 0,
                     "o_extend: rows must be 4-byte aligned (even strides)");
-  KD_TRY(check_bf16_rows(k_buffer, "k_buffer", dev, 1, Tr::kHeadDim, -1));
-  KD_TRY(check_bf16_rows(v_buffer, "v_buffer", dev, 1, Tr::kHeadDimV, k_buffer.size(0)));
-  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{k_extend, "k_extend"},
-                                std::pair<const Tensor&, const char*>{k_buffer, "k_buffer"}}) {
-    KD_CHECK_VALUE(t.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
-                      name, ": token rows must be 16-byte aligned (stride(0) % 8 == 0; got stride ",
-                      t.stride(0), ")");
+  int kv = kKvBf16;
+  KD_TRY(kv_dtype_of(k_buffer, kv_code, &kv));
+  const int64_t kv_elem = kv == kKvBf16 ? 2 : 1;  // bytes an element of the pool
+  KD_TRY(check_bf16_rows(k_buffer, "k_buffer", dev, 1, Tr::kHeadDim, -1, k_buffer.scalar_type()));
+  KD_TRY(check_bf16_rows(v_buffer, "v_buffer", dev, 1, Tr::kHeadDimV, k_buffer.size(0), k_buffer.scalar_type()));
+  for (const auto& [t, name, elem] : {std::tuple<const Tensor&, const char*, int64_t>{k_extend, "k_extend", 2},
+                                      std::tuple<const Tensor&, const char*, int64_t>{k_buffer, "k_buffer", kv_elem}}) {
+    KD_CHECK_VALUE((t.stride(0) * elem) % 16 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+                      name, ": token rows must be 16-byte aligned (stride(0) a multiple of ", 16 / elem,
+                      " elements; got stride ", t.stride(0), ")");
   }
+  float kd = 1.f, vd = 1.f;
+  const float *kd_ptr = nullptr, *vd_ptr = nullptr;
+  KD_TRY(descale_of(k_descale, "k_descale", dev, kv != kKvBf16, &kd, &kd_ptr));
+  KD_TRY(descale_of(v_descale, "v_descale", dev, kv != kKvBf16, &vd, &vd_ptr));
   KD_CHECK_VALUE(v_buffer.data_ptr() == k_buffer.data_ptr() && v_buffer.stride(0) == k_buffer.stride(0),
                     "v_buffer: must be the view k_buffer[..., :512] (MLA values are the latent "
                     "columns of the key cache)");
@@ -253,6 +289,11 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.k_ext_stride = k_extend.stride(0);
   p.k_buf = k_buffer.data_ptr();
   p.k_buf_stride = k_buffer.stride(0);
+  p.kv_dtype = kv;
+  p.k_descale = kd;
+  p.v_descale = vd;
+  p.k_descale_ptr = kd_ptr;
+  p.v_descale_ptr = vd_ptr;
   p.o = o.data_ptr();
   p.o_stride_t = o.stride(0);
   p.o_stride_h = o.stride(1);
@@ -290,10 +331,13 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
 
 // --- verify_fwd: the per-call entry point (CPython METH_FASTCALL) ---------------------------
 
-constexpr Py_ssize_t kNumArgs = 14;
+// 14 arguments, or 17 with the fp8 pool's k_descale, v_descale and kv_dtype code.
+constexpr Py_ssize_t kNumArgsBase = 14;
+constexpr Py_ssize_t kNumArgs = 17;
 constexpr const char* kArgNames[kNumArgs] = {
     "q",         "k_extend",   "v_extend",    "o_extend", "k_buffer", "v_buffer", "qo_indptr",
-    "kv_indptr", "kv_indices", "custom_mask", "mask_indptr", "sm_scale", "lse", "workspace"};
+    "kv_indptr", "kv_indices", "custom_mask", "mask_indptr", "sm_scale", "lse", "workspace",
+    "k_descale", "v_descale", "kv_dtype"};
 
 // The tensor an argument holds (borrowed: the caller's reference keeps it alive for the call),
 // or null when it is not a torch.Tensor.
@@ -302,6 +346,31 @@ const Tensor* as_tensor(PyObject* obj) {
   const int r = THPVariableClass ? PyObject_IsInstance(obj, THPVariableClass) : 0;
   if (r < 0) PyErr_Clear();
   return r > 0 ? &THPVariable_Unpack(obj) : nullptr;
+}
+
+Err descale_of(PyObject* obj, const char* name, const at::Device& dev, bool fp8, float* value, const float** ptr) {
+  *value = 1.f;
+  *ptr = nullptr;
+  if (obj == nullptr || obj == Py_None) return {};
+  if (const Tensor* t = as_tensor(obj)) {
+    KD_CHECK_VALUE(fp8, name, ": a bfloat16 KV pool takes no descale (pass None or 1.0)");
+    KD_TRY(check_cuda(*t, name, dev));
+    KD_CHECK_TYPE(t->scalar_type() == at::kFloat, name, ": a tensor descale must be float32 (got ",
+                  t->scalar_type(), ")");
+    KD_CHECK_VALUE(t->numel() == 1, name, ": a tensor descale must have one element (got ", shape_str(*t), ")");
+    *ptr = static_cast<const float*>(t->data_ptr());
+    return {};
+  }
+  const double d = PyFloat_AsDouble(obj);
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return cat("TypeError: ", name, ": must be None, a float or a 1-element float32 CUDA tensor (got ",
+               Py_TYPE(obj)->tp_name, ")");
+  }
+  KD_CHECK_VALUE(std::isfinite(d) && d > 0.0, name, ": must be a positive finite float (got ", std::to_string(d), ")");
+  KD_CHECK_VALUE(fp8 || d == 1.0, name, ": a bfloat16 KV pool takes no descale (got ", std::to_string(d), ")");
+  *value = static_cast<float>(d);
+  return {};
 }
 
 PyObject* raise_type(Py_ssize_t i, PyObject* obj, const char* what) {
@@ -328,14 +397,16 @@ PyObject* raise_err(const Err& e) {
 }
 
 // verify_fwd(q, k_extend, v_extend, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices,
-//            custom_mask | None, mask_indptr | None, sm_scale, lse | None, workspace) -> None
+//            custom_mask | None, mask_indptr | None, sm_scale, lse | None, workspace
+//            [, k_descale, v_descale, kv_dtype code]) -> None
 PyObject* verify_fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != kNumArgs) {
-    PyErr_Format(PyExc_TypeError, "verify_fwd takes %zd positional arguments (%zd given)", kNumArgs, nargs);
+  if (nargs != kNumArgs && nargs != kNumArgsBase) {
+    PyErr_Format(PyExc_TypeError, "verify_fwd takes %zd or %zd positional arguments (%zd given)", kNumArgsBase,
+                 kNumArgs, nargs);
     return nullptr;
   }
   const Tensor* t[kNumArgs] = {};
-  for (Py_ssize_t i = 0; i < kNumArgs; ++i) {
+  for (Py_ssize_t i = 0; i < kNumArgsBase; ++i) {
     if (i == 11 || i == 13) continue;  // sm_scale, workspace
     const bool optional = i == 9 || i == 10 || i == 12;
     if (optional && args[i] == Py_None) continue;
@@ -347,12 +418,22 @@ PyObject* verify_fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
     PyErr_Clear();
     return raise_type(11, args[11], "a float");
   }
+  long long kv_code = 0;
+  if (nargs == kNumArgs && args[16] != Py_None) {
+    kv_code = PyLong_AsLongLong(args[16]);
+    if (kv_code == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return raise_type(16, args[16], "an int code (0 none, 1 e4m3, 2 e5m2) or None");
+    }
+  }
   try {
     pybind11::detail::make_caster<WorkspaceHandle> ws;
     if (args[13] == Py_None || !ws.load(pybind11::handle(args[13]), false))
       return raise_type(13, args[13], "the extension's Workspace (VerifyWorkspace._handle)");
     const Err e = check_and_launch(*t[0], *t[1], *t[2], *t[3], *t[4], *t[5], *t[6], *t[7], *t[8], t[9], t[10],
-                                   sm_scale, t[12], pybind11::detail::cast_op<const WorkspaceHandle&>(ws));
+                                   sm_scale, t[12], pybind11::detail::cast_op<const WorkspaceHandle&>(ws),
+                                   nargs == kNumArgs ? args[14] : nullptr, nargs == kNumArgs ? args[15] : nullptr,
+                                   kv_code);
     if (!e.empty()) return raise_err(e);
   } catch (const std::exception& ex) {  // not expected: nothing above throws by design
     PyErr_Format(PyExc_RuntimeError, "kdtree_mla verify_fwd: %s", ex.what());
@@ -364,8 +445,9 @@ PyObject* verify_fwd(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
 PyMethodDef g_methods[] = {
     {"verify_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&verify_fwd)), METH_FASTCALL,
      "verify_fwd(q, k_extend, v_extend, o, k_buffer, v_buffer, qo_indptr, kv_indptr, kv_indices, custom_mask, "
-     "mask_indptr, sm_scale, lse, workspace): MLA target-verify attention, a checked launch (positional "
-     "arguments only; None for custom_mask, mask_indptr, lse). Raises ValueError/TypeError/RuntimeError."},
+     "mask_indptr, sm_scale, lse, workspace[, k_descale, v_descale, kv_dtype]): MLA target-verify attention, a "
+     "checked launch (positional arguments only; None for custom_mask, mask_indptr, lse, the descales; kv_dtype "
+     "an int code: 0 from k_buffer's dtype, 1 e4m3, 2 e5m2). Raises ValueError/TypeError/RuntimeError."},
     {nullptr, nullptr, 0, nullptr}};
 
 int variant_for_device(int64_t device) { return verify_variant_for_device(static_cast<int>(device)); }

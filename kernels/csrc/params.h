@@ -14,6 +14,13 @@ enum IndexWidth : int {
   kMaskIndptr64 = 8,
 };
 
+// VerifyParams::kv_dtype: the KV pool's element type.
+enum KvDtype : int {
+  kKvBf16 = 0,
+  kKvE4m3 = 1,
+  kKvE5m2 = 2,
+};
+
 struct VerifyParams {
   // q [T, H, 576]: element (t, h, d) at q[t * q_stride_t + h * q_stride_h + d].
   const void* q;
@@ -22,9 +29,17 @@ struct VerifyParams {
   // Values are its first 512 columns (absorbed MLA).
   const void* k_ext;
   int64_t k_ext_stride;
-  // KV pool k_buffer [S, 1, 576]; row r starts at k_buf + r * k_buf_stride; V = first 512 cols.
+  // KV pool k_buffer [S, 1, 576]; row r starts at k_buf + r * k_buf_stride elements; V = first
+  // 512 cols. kv_dtype: its element type (KvDtype); an fp8 pool's rows are 576 bytes.
   const void* k_buf;
   int64_t k_buf_stride;
+  int kv_dtype;
+  // fp8 pool: its values times k_descale are the keys, times v_descale the values (SGLang stores
+  // K / layer.k_scale); draft rows (k_ext, bf16) are not scaled. A non-null pointer (a 1-element
+  // fp32 device tensor) is read in the kernel instead of the float (CUDA-graph safe).
+  float k_descale, v_descale;
+  const float* k_descale_ptr;
+  const float* v_descale_ptr;
   // Output o [T, H, 512] bf16 and optional lse [T, H] fp32 (natural log), may be null.
   void* o;
   int64_t o_stride_t, o_stride_h;

@@ -130,6 +130,12 @@ constexpr int variant_for_optin(size_t optin) {
                                                       : 0;
 }
 static_assert(variant_smem_bytes(kVariantSmall) <= kSm120SmemLimit, "sm_120 config exceeds smem");
+// fp8 KV pools (VerifyParams::kv_dtype e4m3 or e5m2): the launcher's two variants are also
+// compiled for each fp8 type (kernel template argument kKv). Their load warps copy a pool row's
+// 576 bytes into the first half of its stage row, the math warps widen it to bf16 in place, so
+// the shared-memory layout and size are the bf16 variant's.
+constexpr int kNumKvDtypes = 3;  // bf16, e4m3, e5m2 (params.h KvDtype)
+constexpr bool variant_has_fp8(int v) { return v == kVariantSmall || v == kVariantLarge; }
 static_assert(variant_for_optin(kSm120SmemLimit) == kVariantSmall, "sm_120 must get the small config");
 
 // Combine kernel: grid (row groups, kCombineSplits) x kCombineThreads, 64 columns per CTA,

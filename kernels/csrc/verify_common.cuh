@@ -77,7 +77,29 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-// The inverse: (lo, hi) of a packed bf16 pair, exactly.
+// Eight fp8 values (e4m3 or e5m2, params.h KvDtype; bytes in order) to eight bf16, exactly, in
+// integer and bf16x2 operations (no conversion unit): a byte's sign, exponent and mantissa bits
+// moved into bf16's places are a bf16 of the value times 2^-120 (e4m3) or 2^-112 (e5m2), its
+// subnormals included; one bf16x2 multiply by the power of two restores it (exact: bf16 has
+// the exponent range and the products' mantissas have at most 3 bits; bf16 arithmetic keeps
+// subnormal inputs).
+template <int kKv>
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 in) {
+  constexpr uint32_t kShift = kKv == kKvE5m2 ? 5 : 4;
+  constexpr uint32_t kBits = 0x007F007Fu << kShift;  // exponent and mantissa of both halves
+  constexpr uint32_t kScale = kKv == kKvE5m2 ? 0x77807780u : 0x7B807B80u;  // 2^112 / 2^120, bf16x2
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? in.x : in.y;
+    const uint32_t x = __byte_perm(word, 0u, (i & 1) ? 0x4342u : 0x4140u);  // two bytes, one a half
+    const uint32_t bits = ((x << 8) & 0x80008000u) | ((x << kShift) & kBits);
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out[i]) : "r"(bits), "r"(kScale), "r"(0x80008000u));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// The inverse of pack_bf16x2: (lo, hi) of a packed bf16 pair, exactly.
 __device__ __forceinline__ float2 unpack_bf16x2(uint32_t x) {
   return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
 }

@@ -17,8 +17,8 @@ struct DeviceCache {
   std::atomic<int> sms{0};      // multiprocessors (0 = not yet read)
   // Cooperative launches (fused merge) with PDL: 0 not yet tried, 1 accepted, 2 refused.
   std::atomic<int> coop_pdl{0};
-  // Per kernel variant: its smem opt-in attribute has been set on this device.
-  std::atomic<bool> attr_set[kNumVariants] = {};
+  // Per kernel variant and KV dtype: its smem opt-in attribute has been set on this device.
+  std::atomic<bool> attr_set[kNumVariants][kNumKvDtypes] = {};
 };
 DeviceCache g_cache[kMaxDevices];
 
@@ -52,12 +52,12 @@ cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t s
   return e;
 }
 
-template <int kStages, bool kPipe, int kMode, int kLoaders = 1>
+template <int kStages, bool kPipe, int kMode, int kLoaders, int kKv>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std::atomic<int>& coop_pdl,
                         cudaStream_t stream, bool pdl) {
   const bool coop = p.fused != 0;
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
-  auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders>;
+  auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders, kKv>;
   if (!attr_set.load(std::memory_order_acquire)) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -79,8 +79,9 @@ cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std:
   return e;
 }
 
-// Launches the main kernel of variant `v` (1 .. kNumVariants - 1): the kVariants entry's
-// instantiation, so the list in traits.h is the only one.
+// Launches the main kernel of variant `v` (1 .. kNumVariants - 1) for the call's KV dtype: the
+// kVariants entry's instantiation, so the list in traits.h is the only one (fp8: only the
+// variants variant_has_fp8 names are compiled for it; others return cudaErrorInvalidValue).
 template <size_t... kV>
 cudaError_t launch_variant(int v, const VerifyParams& p, DeviceCache& cache, cudaStream_t stream, bool pdl,
                            std::index_sequence<kV...>) {
@@ -89,9 +90,19 @@ cudaError_t launch_variant(int v, const VerifyParams& p, DeviceCache& cache, cud
     constexpr int kIdx = decltype(idx)::value;
     if constexpr (kIdx > 0) {  // entry 0: "none fits", no kernel
       constexpr KernelVariant kv = kVariants[kIdx];
-      if (v == kIdx)
-        e = launch_main<kv.stages, kv.pipe, kv.mode, kv.loaders>(p, cache.attr_set[kIdx], cache.coop_pdl, stream,
-                                                                  pdl);
+      if (v == kIdx) {
+        if (p.kv_dtype == kKvBf16)
+          e = launch_main<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvBf16>(p, cache.attr_set[kIdx][kKvBf16],
+                                                                             cache.coop_pdl, stream, pdl);
+        if constexpr (variant_has_fp8(kIdx)) {
+          if (p.kv_dtype == kKvE4m3)
+            e = launch_main<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvE4m3>(p, cache.attr_set[kIdx][kKvE4m3],
+                                                                               cache.coop_pdl, stream, pdl);
+          else if (p.kv_dtype == kKvE5m2)
+            e = launch_main<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvE5m2>(p, cache.attr_set[kIdx][kKvE5m2],
+                                                                               cache.coop_pdl, stream, pdl);
+        }
+      }
     }
   };
   (one(std::integral_constant<int, static_cast<int>(kV)>{}), ...);

@@ -128,9 +128,17 @@ __device__ __forceinline__ int q_tile_rows(const Request& req, int row0) {
 // merge done, 18 every segment's merge done; slot 14: KV blocks this CTA did.
 // kLoaders load warps share each element's 32 row copies (a lane issues its bulk copies one
 // at a time, ~30 ns each, so one warp needs ~1 us per element).
-template <int kStages, bool kPipe, int kMode, int kLoaders>
+// kKv (params.h KvDtype): the KV pool's element type. fp8 (e4m3, e5m2): a pool row is 576
+// bytes, copied into the first half of its 1152-byte stage row; the math warps widen the block's
+// pool rows to bf16 in place (fp8_widen, exact: every e4m3 and e5m2 value is a bf16 value) before
+// its S, so the math is the bf16 variant's; the descales are applied in fp32 to the logits and
+// to P of the pool columns (draft columns, bf16 from k_ext, take none).
+template <int kStages, bool kPipe, int kMode, int kLoaders, int kKv>
 __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(const VerifyParams p) {
   constexpr int kThreads = kMainThreads<kLoaders>;
+  constexpr bool kFp8 = kKv != kKvBf16;
+  static_assert(!(kFp8 && kPipe), "fp8 pools: the plain loop only");
+  constexpr uint32_t kPoolRowBytes = kFp8 ? T::kHeadDim : T::kHeadDim * 2;  // one pool row
   constexpr int kLoadRows = T::kBlockN / kLoaders;  // rows a load warp copies per element
   static_assert(T::kBlockN % kLoaders == 0 && kLoaders >= 1, "load warps split a block's rows");
   constexpr bool kMath = !(kMode & 2), kCopy = !(kMode & 4), kTrace = (kMode & kModeTrace) != 0;
@@ -339,7 +347,7 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
   }
   w.describe();
   const uint32_t kv_base = smem_u32(smem);
-  const __nv_bfloat16* kbuf = static_cast<const __nv_bfloat16*>(p.k_buf);
+  const uint8_t* kbuf = static_cast<const uint8_t*>(p.k_buf);  // row stride: k_buf_stride elements
   const __nv_bfloat16* kext = static_cast<const __nv_bfloat16*>(p.k_ext);
   const __nv_bfloat16* qg = static_cast<const __nv_bfloat16*>(p.q);
   // Row r of request req's Q tile rows ((token, head) row r of its draft tokens).
@@ -361,7 +369,8 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     // again soon after), copied with the evict-first L2 policy; the Q tile, which every CTA of
     // the request reads, keeps the normal one. (Evict-first KV was faster than the normal
     // policy for requests of several M-tiles too.)
-    auto put = [&](const __nv_bfloat16* src, int rows, bool stream) {
+    // `bytes`: this lane's row (kRowBytes, or kPoolRowBytes for a pool row); `total`: the element's.
+    auto put = [&](const void* src, int rows, bool stream, uint32_t bytes, uint32_t total) {
       const int stage = elem % kStages;
       mbar_wait(smem_u32(&empty_bar[stage]), ((elem / kStages) & 1) ^ 1);
       const uint32_t full = smem_u32(&full_bar[stage]);
@@ -369,13 +378,13 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
       if constexpr (!kCopy) {
         if (lw == 0 && lane == 0) mbar_arrive(full);
       } else {
-        if (lw == 0 && lane == 0) mbar_expect_tx(full, rows * kRowBytes);
+        if (lw == 0 && lane == 0) mbar_expect_tx(full, total);
         __syncwarp();
         if (active && row < rows) {
           if (stream)
-            bulk_copy_g2s_hint(dst + row * T::kKvRowBytes, src, kRowBytes, full, l2_evict_first());
+            bulk_copy_g2s_hint(dst + row * T::kKvRowBytes, src, bytes, full, l2_evict_first());
           else
-            bulk_copy_g2s(dst + row * T::kKvRowBytes, src, kRowBytes, full);
+            bulk_copy_g2s(dst + row * T::kKvRowBytes, src, bytes, full);
         }
       }
       ++elem;
@@ -403,25 +412,33 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         ++elem;  // the math warps copy the first piece's Q tile (element 0)
       } else {  // the Q tile: the piece's own rows only (q_tile_rows)
         const int r = w.row0 + row;
-        put(q_row_src(req, r), q_tile_rows(req, w.row0), false);
+        const int qrows = q_tile_rows(req, w.row0);
+        put(q_row_src(req, r), qrows, false, kRowBytes, qrows * kRowBytes);
       }
       // Source of this lane's row in block blk (padding rows past the piece copy the request's
       // first draft key: any valid row does, their logits are masked).
-      auto row_src = [&](int blk) -> const __nv_bfloat16* {
+      auto row_src = [&](int blk) -> const void* {
         const int k = w.tok_lo + blk * T::kBlockN + row;
         if (k >= w.tok_hi) return kext + req.qo_begin * p.k_ext_stride;
         if (k < req.prefix) {
           const uint8_t* slot = idx_s + ((blk % T::kIdxRingBlocks) * T::kBlockN + row) * 8;
           const int64_t idx = idx64 ? *reinterpret_cast<const int64_t*>(slot)
                                     : static_cast<int64_t>(*reinterpret_cast<const int32_t*>(slot));
-          return kbuf + idx * p.k_buf_stride;
+          return kbuf + idx * p.k_buf_stride * (kFp8 ? 1 : 2);
         }
         return kext + (req.qo_begin + (k - req.prefix)) * p.k_ext_stride;
       };
       for (int blk = 0; blk < w.nb; ++blk) {
         cp_async_wait<T::kIdxAhead - 1>();  // this lane's index of block blk landed
         if (kTrace && lw == 0 && lane == 0 && elem == 1) trace_point<kTrace>(p, cta, 4);
-        put(row_src(blk), T::kBlockN, true);
+        uint32_t bytes = kRowBytes, total = T::kBlockN * kRowBytes;
+        if constexpr (kFp8) {  // the block's first npool rows are pool rows (fp8)
+          const int k0 = w.tok_lo + blk * T::kBlockN;
+          const int npool = min(max(min(req.prefix, w.tok_hi) - k0, 0), T::kBlockN);
+          total -= npool * (kRowBytes - kPoolRowBytes);
+          if (row < npool) bytes = kPoolRowBytes;
+        }
+        put(row_src(blk), T::kBlockN, true, bytes, total);
         issue_idx(blk + T::kIdxAhead);  // (a lane reads and refills only its own row's slot)
       }
       cp_async_wait<0>();
@@ -466,11 +483,56 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
     if (lane == 0) mbar_arrive(smem_u32(&empty_bar[e % kStages]));
   };
   auto stage_addr = [&](int e) { return kv_base + (e % kStages) * T::kStageBytes; };
+  // fp8 pools: the descales (a device scalar is read here, after griddepcontrol.wait).
+  float k_desc = 1.f, v_desc = 1.f;
+  if constexpr (kFp8) {
+    k_desc = p.k_descale_ptr != nullptr ? *p.k_descale_ptr : p.k_descale;
+    v_desc = p.v_descale_ptr != nullptr ? *p.v_descale_ptr : p.v_descale;
+  }
+  const float scale_pool = p.scale_log2 * k_desc;  // log2-unit scale of a pool column's logit
+  // fp8 pools: widens the first npool rows of element e's stage (fp8 in each row's first 576
+  // bytes) to bf16 in place. Warp w takes rows [4w, 4w + 4). A row's 16-byte fp8 piece i becomes
+  // its bf16 bytes [32 i, 32 i + 32), which overlap only its fp8 pieces 2i and 2i + 1: so pieces
+  // 35..4 are widened first (one a lane, all read before any is written), then pieces 3..0 of
+  // the four rows together. Two registers of fp8 a lane (a version that read all 9 pieces a lane
+  // first spilled on sm_120). The fence orders these generic-proxy writes before the next bulk
+  // copy into the stage.
+  auto fp8_widen = [&](int e, int npool) {
+    constexpr int kPieces = T::kHeadDim / 16;  // 36 a row
+    static_assert(T::kBlockN == 4 * T::kMathWarps && kPieces == 32 + 4, "4 rows a warp, 36 pieces a row");
+    const int nrows = min(npool - warp * 4, 4);
+    if (nrows <= 0) return;  // (uniform in the warp)
+    const uint32_t rows = stage_addr(e) + warp * 4 * T::kKvRowBytes;
+    auto widen = [&](uint32_t row, int piece, bool live) {
+      uint32_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;
+      if (live)
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                     : "r"(row + piece * 16)
+                     : "memory");
+      __syncwarp();
+      if (live) {
+        const uint4 lo = fp8x8_to_bf16x8<kKv>(make_uint2(x0, x1));
+        const uint4 hi = fp8x8_to_bf16x8<kKv>(make_uint2(x2, x3));
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + piece * 32), "r"(lo.x), "r"(lo.y),
+                     "r"(lo.z), "r"(lo.w)
+                     : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + piece * 32 + 16), "r"(hi.x),
+                     "r"(hi.y), "r"(hi.z), "r"(hi.w)
+                     : "memory");
+      }
+      __syncwarp();
+    };
+    for (int r = 0; r < nrows; ++r) widen(rows + r * T::kKvRowBytes, kPieces - 1 - lane, true);
+    widen(rows + (lane >> 2) * T::kKvRowBytes, 3 - (lane & 3), lane < 4 * nrows);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  };
 
   do {
     const Request& req = math_walk.req;
     const int nb = math_walk.nb, row0 = math_walk.row0, tok_lo = math_walk.tok_lo, tok_hi = math_walk.tok_hi;
-    const int plain_blocks = (min(req.prefix, tok_hi) - tok_lo) / T::kBlockN;
+    const int pool_end = min(req.prefix, tok_hi);  // the piece's pool columns end here
+    const int plain_blocks = (pool_end - tok_lo) / T::kBlockN;
     const int tok0 = row0 >> p.head_shift;
     if (p.mask != nullptr && tok_hi > req.prefix && tid < 64) {
       const int i = tok0 + (tid >> 4), j = tid & 15;
@@ -553,10 +615,16 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         x.z += y.z;
         x.w += y.w;
       }
-      v[0] = x.x * p.scale_log2;
-      v[1] = x.y * p.scale_log2;
-      v[2] = x.z * p.scale_log2;
-      v[3] = x.w * p.scale_log2;
+      // fp8 pools: a block of pool columns only takes the descales uniformly, others per column.
+      const bool pool_blk = kFp8 && blk < plain_blocks;
+      const float sc = pool_blk ? scale_pool : p.scale_log2;
+      float vs[T::kSmCols];  // P's factor a column: v_descale on pool columns (fp8 pools)
+      v[0] = x.x * sc;
+      v[1] = x.y * sc;
+      v[2] = x.z * sc;
+      v[3] = x.w * sc;
+#pragma unroll
+      for (int j = 0; j < T::kSmCols; ++j) vs[j] = pool_blk ? v_desc : 1.f;
       // Masking, in one branch uniform over the CTA: only the blocks past the plain prefix
       // blocks (the piece's end, draft columns) have columns to mask. (Per column, the test
       // compiled to four convergence regions a block, ~3.5% of all stall samples in an
@@ -576,7 +644,12 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
             else
               ok = p.mask[req.mask_begin + int64_t(q_tok) * req.kv_len + req.prefix + dj] != 0;
           }
-          if (!ok) v[j] = -CUDART_INF_F;
+          if (!ok) {
+            v[j] = -CUDART_INF_F;
+          } else if (kFp8 && k < req.prefix) {
+            v[j] *= k_desc;
+            vs[j] = v_desc;
+          }
         }
       }
       if (!row_ok) {
@@ -591,6 +664,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         for (int j = 0; j < T::kSmCols; ++j) {
           pr[j] = exp2f(v[j] - m_use);
           psum += pr[j];
+        }
+        if constexpr (kFp8) {
+#pragma unroll
+          for (int j = 0; j < T::kSmCols; ++j) pr[j] *= vs[j];  // (after the sum: l is unscaled)
         }
         *reinterpret_cast<uint2*>(&p_s[sm_row * T::kPRowElems + sm_col]) =
             make_uint2(pack_bf16x2(pr[0], pr[1]), pack_bf16x2(pr[2], pr[3]));
@@ -667,6 +744,10 @@ __global__ void __launch_bounds__(kMainThreads<kLoaders>, 1) verify_main_kernel(
         wait_full(base + i);
         if (kTicket && tid == 0 && i == nb - 1 && ticket_n > 0) ticket = merge_ticket(p.sync, p.num_ctas, ticket_n);
         if (kTrace && tid == 0 && base == 1 && i == 0) trace_point<kTrace>(p, cta, 7);
+        if constexpr (kFp8) {
+          fp8_widen(base + i, min(max(pool_end - (tok_lo + i * T::kBlockN), 0), T::kBlockN));
+          math_sync();  // the block is bf16 for every warp
+        }
         compute_s(i, red_s);
         math_sync();        // S partials complete (and every warp is past PV of block i-1)
         softmax(i, red_s);  // its barrier: P complete

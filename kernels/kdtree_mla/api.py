@@ -12,8 +12,10 @@ keyword-only ``workspace``::
         k_extend,        # [T, 1, 576] bf16   draft-token keys (their latent + rope)
         v_extend,        # [T, 1, 512] bf16   draft-token values; MLA: equal to k_extend[..., :512]
         o_extend,        # [T, H, 512] bf16   output, written in place (last dim contiguous)
-        k_buffer,        # [S, 1, 576] bf16   KV pool (MLATokenToKVPool); row = one token, 1152 B
-        v_buffer,        # [S, 1, 512] bf16   must be the view k_buffer[..., :512]
+        k_buffer,        # [S, 1, 576] bf16   KV pool (MLATokenToKVPool); row = one token, 1152 B;
+                         #                    or fp8 (float8_e4m3fn / float8_e5m2, 576 B a row), or its
+                         #                    uint8 storage together with kv_dtype=
+        v_buffer,        # [S, 1, 512]        same dtype; must be the view k_buffer[..., :512]
         qo_indptr,       # [B+1] int32/int64  request b's draft rows are q[qo_indptr[b]:qo_indptr[b+1]]
         kv_indptr,       # [B+1] int32/int64  request b's prefix is kv_indices[kv_indptr[b]:kv_indptr[b+1]]
         kv_indices,      # [>= kv_indptr[B]] int32/int64  pool rows of the prefix tokens (page size 1)
@@ -29,12 +31,22 @@ keyword-only ``workspace``::
         *,
         workspace,       # VerifyWorkspace, allocated once for the declared maximum
         lse_extend=None, # optional [T, H] float32 output: natural-log sum-exp of scaled logits
+        k_descale=None,  # fp8 pool: float, or 1-element float32 CUDA tensor (read by the kernel);
+        v_descale=None,  #   None means 1.0; a bf16 pool takes none (None or 1.0)
+        kv_dtype=None,   # torch.float8_e4m3fn / float8_e5m2 when k_buffer is uint8 storage
     ) -> None
 
 with D_b = qo_indptr[b+1] - qo_indptr[b] draft tokens and P_b = kv_indptr[b+1] - kv_indptr[b]
 prefix tokens for request b. Draft K/V are read from ``k_extend`` (V being its first 512
 columns) and prefix K/V from ``k_buffer`` (V being its first 512 columns), exactly as MLA
 defines them; ``v_extend``/``v_buffer`` are checked for shape, dtype and device only.
+
+fp8 KV pool (SGLang's ``--kv-cache-dtype fp8_e4m3`` / ``fp8_e5m2``: it stores K / layer.k_scale):
+a prefix key is ``k_buffer`` row times ``k_descale``, its value the first 512 columns times
+``v_descale`` (SGLang passes ``layer.k_scale_float`` / ``layer.v_scale_float``, 1.0 without
+scales); the descales multiply the logits and the probabilities of the prefix columns in fp32.
+Draft keys (``k_extend``, bf16) take no descale, as in SGLang's Triton kernel. q, k_extend and
+the output stay bf16.
 
 ``verify_attention(params)`` is the same call for new code: one :class:`VerifyParams` value (the
 tensors and scalars of one call, by name, as the C++ side's ``VerifyParams``).
@@ -348,6 +360,14 @@ class VerifyParams(NamedTuple):
     sm_scale: float
     lse: torch.Tensor | None
     workspace: VerifyWorkspace
+    # fp8 KV pools (module docstring); after the workspace, so older positional callers hold.
+    k_descale: float | torch.Tensor | None = None
+    v_descale: float | torch.Tensor | None = None
+    kv_dtype: torch.dtype | None = None
+
+
+# kv_dtype codes of the extension's verify_fwd (csrc/params.h KvDtype; 0: from k_buffer's dtype).
+_KV_CODES = {None: 0, torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}
 
 
 def _launch(p: VerifyParams) -> None:
@@ -355,7 +375,17 @@ def _launch(p: VerifyParams) -> None:
     # every tensor (against the workspace's declared T and H too) and raises
     # ValueError/TypeError/RuntimeError itself.
     ws = p.workspace
-    (_EXT or _load_ext()).verify_fwd(*p[:-1], ws._handle or ws._make_handle())
+    handle = ws._handle or ws._make_handle()
+    ext = _EXT or _load_ext()
+    if p.k_descale is None and p.v_descale is None and p.kv_dtype is None:
+        ext.verify_fwd(*p[:13], handle)
+        return
+    code = _KV_CODES.get(p.kv_dtype, -1)
+    if code < 0:
+        raise ValueError(
+            f"kv_dtype must be None, torch.float8_e4m3fn or torch.float8_e5m2 (got {p.kv_dtype})"
+        )
+    ext.verify_fwd(*p[:13], handle, p.k_descale, p.v_descale, code)
 
 
 def verify_attention(params: VerifyParams) -> None:
@@ -384,10 +414,14 @@ def extend_attention_fwd(
     *,
     workspace: VerifyWorkspace,
     lse_extend: torch.Tensor | None = None,
+    k_descale: float | torch.Tensor | None = None,
+    v_descale: float | torch.Tensor | None = None,
+    kv_dtype: torch.dtype | None = None,
 ) -> None:
     """Drop-in for SGLang's ``extend_attention_fwd`` in target-verify mode (module docstring).
 
-    ``max_len_extend`` is accepted and ignored: no launch depends on it.
+    ``max_len_extend`` is accepted and ignored: no launch depends on it. An fp8 KV pool takes
+    ``k_descale`` / ``v_descale`` (and ``kv_dtype`` when ``k_buffer`` is its uint8 storage).
     """
     if logit_cap != 0.0:
         raise ValueError(f"logit_cap must be 0 for the MLA verify kernel (got {logit_cap})")
@@ -413,5 +447,8 @@ def extend_attention_fwd(
             _DEFAULT_SCALE if sm_scale is None else sm_scale,
             lse_extend,
             workspace,
+            k_descale,
+            v_descale,
+            kv_dtype,
         )
     )

@@ -35,6 +35,9 @@ class VerifyInputs:
     sm_scale: float
     prefix_lens: list[int]
     draft_lens: list[int]
+    # fp8 pools (make_inputs kv_dtype): the descales the kernel and the reference take.
+    k_descale: float = 1.0
+    v_descale: float = 1.0
 
     @property
     def num_tokens(self) -> int:
@@ -59,11 +62,15 @@ class VerifyInputs:
             self.mask_indptr,
             self.sm_scale,
             dtype,
+            k_descale=self.k_descale,
+            v_descale=self.v_descale,
         )
 
     def kv_bytes(self) -> int:
-        """Bytes of KV a verify call must read: every prefix and draft token row once."""
-        return (sum(self.prefix_lens) + sum(self.draft_lens)) * 576 * 2
+        """Bytes of KV a verify call must read: every prefix and draft token row once (pool rows
+        at the pool's element size, draft rows bf16)."""
+        pool_elem = self.k_buffer.element_size()
+        return sum(self.prefix_lens) * 576 * pool_elem + sum(self.draft_lens) * 576 * 2
 
 
 def make_inputs(
@@ -80,9 +87,15 @@ def make_inputs(
     spare_slots: int | None = None,
     sm_scale: float = 192**-0.5,
     q_scale: float = 1.0,
+    kv_dtype: torch.dtype | None = None,
+    k_scale: float = 1.0,
 ) -> VerifyInputs:
     """Fresh random inputs. ``tree``: True = random tree masks, False = causal chain masks,
-    None = no custom mask at all (the kernel's causal fallback)."""
+    None = no custom mask at all (the kernel's causal fallback).
+
+    ``kv_dtype`` (torch.float8_e4m3fn / float8_e5m2): the pool holds the keys divided by
+    ``k_scale`` in that type, as SGLang stores them (unused rows NaN); ``k_descale`` and
+    ``v_descale`` are ``k_scale``."""
     if len(prefix_lens) != len(draft_lens):
         raise ValueError("prefix_lens and draft_lens must have the same length")
     gen = torch.Generator().manual_seed(seed)
@@ -105,6 +118,10 @@ def make_inputs(
     unused = perm[total_prefix:]
     if unused.numel():
         k_buffer[unused.to(dev)] = float("nan")
+    descale = 1.0
+    if kv_dtype is not None:
+        k_buffer = (k_buffer.float() / k_scale).to(kv_dtype)  # (NaN stays NaN)
+        descale = float(k_scale)
     v_buffer = k_buffer[..., :512]
     k_extend = randn(t, 1, 576)
     v_extend = k_extend[..., :512]
@@ -142,4 +159,6 @@ def make_inputs(
         sm_scale=sm_scale,
         prefix_lens=list(prefix_lens),
         draft_lens=list(draft_lens),
+        k_descale=descale,
+        v_descale=descale,
     )

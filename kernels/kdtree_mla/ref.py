@@ -79,6 +79,23 @@ def draft_visibility(
     return full[:, p:].to(torch.bool)
 
 
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _pool_rows(
+    buf: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype, kv_dtype: torch.dtype | None
+) -> torch.Tensor:
+    """buf[idx, 0] in ``dtype``; an fp8 pool is gathered as bytes (fp8 indexing is not
+    implemented everywhere) and converted exactly."""
+    if buf.dtype in _FP8 or buf.dtype == torch.uint8:
+        fp8 = buf.dtype if buf.dtype in _FP8 else kv_dtype
+        if fp8 not in _FP8:
+            raise ValueError("a uint8 pool needs kv_dtype=torch.float8_e4m3fn or torch.float8_e5m2")
+        rows = buf.view(torch.uint8)[idx, 0].view(fp8)
+        return rows.float().to(dtype)
+    return buf[idx, 0].to(dtype)
+
+
 def verify_attention_ref(
     q: torch.Tensor,
     k_extend: torch.Tensor,
@@ -92,12 +109,20 @@ def verify_attention_ref(
     mask_indptr: torch.Tensor | None,
     sm_scale: float,
     dtype: torch.dtype = torch.float64,
+    *,
+    k_descale: float = 1.0,
+    v_descale: float = 1.0,
+    kv_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (o [T, H, 512], lse [T, H]) in ``dtype``, on q's device.
 
     Same argument meanings as the kernel: prefix K/V rows via kv_indices into k_buffer/v_buffer,
     draft K/V from k_extend/v_extend, all prefix columns visible, drafts by the mask.
     lse is the natural-log sum of exp(sm_scale * q.k) over visible columns.
+
+    An fp8 pool (k_buffer float8_e4m3fn / float8_e5m2, or uint8 storage with ``kv_dtype``) is
+    dequantized in ``dtype``: prefix keys are its rows times ``k_descale``, prefix values its
+    first 512 columns times ``v_descale``; draft keys and values are not scaled.
     """
     t_total, h, dq = q.shape
     dv = v_extend.shape[-1]
@@ -114,8 +139,10 @@ def verify_attention_ref(
             continue
         idx = kv_indices[kv[b] : kv[b + 1]].long()
         p = idx.numel()
-        k = torch.cat([k_buffer[idx, 0], k_extend[q0:q1, 0]], dim=0).to(dtype)  # [L, 576]
-        v = torch.cat([v_buffer[idx, 0], v_extend[q0:q1, 0]], dim=0).to(dtype)  # [L, 512]
+        kp = _pool_rows(k_buffer, idx, dtype, kv_dtype) * k_descale  # [P, 576]
+        vp = _pool_rows(v_buffer, idx, dtype, kv_dtype) * v_descale  # [P, 512]
+        k = torch.cat([kp, k_extend[q0:q1, 0].to(dtype)], dim=0)  # [L, 576]
+        v = torch.cat([vp, v_extend[q0:q1, 0].to(dtype)], dim=0)  # [L, 512]
         qb = q[q0:q1].to(dtype)  # [D, H, 576]
         s = torch.einsum("dhk,lk->dhl", qb, k) * sm_scale
         vis = torch.ones((d, p + d), dtype=torch.bool)

@@ -7,7 +7,9 @@
 # bench) and kernels/.whl/ (0.5.5: the benchmark's Triton path):
 #   pip download --no-deps sglang==0.5.10 -d .whl; pip download --no-deps sglang==0.5.5 -d kernels/.whl
 # Logs and JSON go to $OUT (default ./_device_out). Knobs: TORCH_CUDA_ARCH_LIST (9.0),
-# KDTREE_DIAG (0), BENCH_ARGS ("--reps 30 --cold-l2 128"), STEP_REPS (10), SKIP_BENCH=1,
+# KDTREE_DIAG (0), TESTS (kernels/tests: the GPU tests run), BENCH_ARGS ("--reps 30 --cold-l2
+# 128"), BENCH_KV ("bf16": the benchmark once per listed --kv-dtype, e.g. "bf16 fp8_e4m3",
+# JSON bench.json for bf16, bench-<dtype>.json otherwise), STEP_REPS (10), SKIP_BENCH=1,
 # SKIP_STEP=1, and BUILD_TIMEOUT / TEST_TIMEOUT / BENCH_TIMEOUT / STEP_TIMEOUT in seconds.
 set -u -o pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,14 +26,17 @@ lap() { echo "$1 at $(( $(date +%s) - t0 )) s"; }
 rc=$?; lap "build rc=$rc"; tail -3 "$OUT/build.log"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
 
-timeout "${TEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -p no:cacheprovider -m gpu -rs kernels/tests \
+timeout "${TEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -p no:cacheprovider -m gpu -rs ${TESTS:-kernels/tests} \
   > "$OUT/gpu_tests.log" 2>&1
 lap "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  timeout "${BENCH_TIMEOUT:-300}" python3 kernels/bench/bench_verify.py --json "$OUT/bench.json" \
-    ${BENCH_ARGS:---reps 30 --cold-l2 128} > "$OUT/bench.log" 2>&1
-  lap "bench rc=$?"; grep -v '^{' "$OUT/bench.log" | tail -20
+  for kv in ${BENCH_KV:-bf16}; do
+    tag=bench; [ "$kv" = bf16 ] || tag=bench-$kv
+    timeout "${BENCH_TIMEOUT:-300}" python3 kernels/bench/bench_verify.py --json "$OUT/$tag.json" \
+      --kv-dtype "$kv" ${BENCH_ARGS:---reps 30 --cold-l2 128} > "$OUT/$tag.log" 2>&1
+    lap "bench $kv rc=$?"; grep -v '^{' "$OUT/$tag.log" | tail -20
+  done
 fi
 
 if [ "${SKIP_STEP:-0}" != 1 ]; then

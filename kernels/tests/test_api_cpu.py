@@ -135,6 +135,38 @@ def test_extend_attention_fwd_passes_one_params_value_in_the_binding_order(monke
     assert ext.calls[-1] == (*t, mask, mask_indptr, 0.1, None, "handle")
 
 
+def test_fp8_pool_arguments_reach_the_binding_with_the_dtype_code(monkeypatch):
+    """Descales and kv_dtype go after the workspace (the 17-argument form); a call without
+    them keeps the 14-argument form; the dtype travels as the csrc/params.h KvDtype code."""
+    import torch
+
+    ext = _FakeExt()
+    monkeypatch.setattr(api, "_EXT", ext)
+    ws = _fake_workspace()
+    t = [object() for _ in range(9)]
+    scale = object()  # a device tensor descale is passed through untouched
+    api.extend_attention_fwd(
+        *t, None, True, None, 4, 0.1, workspace=ws, k_descale=0.5, v_descale=scale
+    )
+    assert ext.calls[-1] == (*t, None, None, 0.1, None, "handle", 0.5, scale, 0)
+    for dtype, code in ((torch.float8_e4m3fn, 1), (torch.float8_e5m2, 2)):
+        api.extend_attention_fwd(*t, None, True, None, 4, 0.1, workspace=ws, kv_dtype=dtype)
+        assert ext.calls[-1] == (*t, None, None, 0.1, None, "handle", None, None, code)
+    api.verify_attention(api.VerifyParams(*t, None, None, 0.1, None, ws))
+    assert len(ext.calls[-1]) == 14
+
+
+def test_an_unknown_kv_dtype_is_refused_before_the_launch(monkeypatch):
+    import torch
+
+    ext = _FakeExt()
+    monkeypatch.setattr(api, "_EXT", ext)
+    args = [object() for _ in range(9)] + [None, True, None, 4, None]
+    with pytest.raises(ValueError, match="kv_dtype"):
+        api.extend_attention_fwd(*args, workspace=_fake_workspace(), kv_dtype=torch.float16)
+    assert ext.calls == []
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [

@@ -21,7 +21,15 @@ def run(*args):
 def test_help_lists_the_options_a_user_runs():
     r = run("--help")
     assert r.returncode == 0, r.stderr
-    for opt in ("--json", "--cold-l2", "--envelope", "--shape", "--force-variant", "--no-triton"):
+    for opt in (
+        "--json",
+        "--cold-l2",
+        "--envelope",
+        "--shape",
+        "--force-variant",
+        "--no-triton",
+        "--kv-dtype",
+    ):
         assert opt in r.stdout
 
 
@@ -36,4 +44,11 @@ def test_case_indices_must_be_integers():
     r = run("--cases", "0,x")
     assert r.returncode == 2
     assert "--cases: expected comma-separated indices" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_unknown_kv_dtype_is_refused():
+    r = run("--kv-dtype", "fp4")
+    assert r.returncode == 2
+    assert "--kv-dtype" in r.stderr
     assert "Traceback" not in r.stderr

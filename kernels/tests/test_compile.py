@@ -42,6 +42,9 @@ def find_nvcc() -> str:
 
 
 BUILDS = {"default": [], "diag": ["-DKDTREE_DIAG=1"]}
+# fp8 KV dtypes (csrc/params.h KvDtype) the launcher's variants are compiled for, as the summary
+# names them.
+FP8_KV = {1: ", fp8 e4m3 KV", 2: ", fp8 e5m2 KV"}
 
 
 def ptxas_report(arch: str, build: str, tmp_path: pathlib.Path) -> dict[str, dict[str, int]]:
@@ -146,8 +149,10 @@ def test_kernels_compile_without_spills_and_fit(arch, build, tmp_path, compile_s
     main = {n: f for n, f in funcs.items() if "verify_main" in n}
     combine = {n: f for n, f in funcs.items() if "verify_combine_kernel" in n}
     traced = any(var["mode"] & 8 for var in cfg["variants"].values())
-    # The combine kernel: plain, and in the diagnostic build also for the traced variant.
-    assert len(main) == len(cfg["variants"]) and len(combine) == 1 + traced, (
+    # The combine kernel: plain, and in the diagnostic build also for the traced variant. The
+    # launcher's two variants are also compiled for each fp8 KV type (e4m3, e5m2).
+    fp8 = [(v, kv) for v in (cfg["variant_sm120"], cfg["variant_sm90"]) for kv in FP8_KV]
+    assert len(main) == len(cfg["variants"]) + len(fp8) and len(combine) == 1 + traced, (
         f"unexpected kernels: {sorted(funcs)}"
     )
     if build == "default":
@@ -165,8 +170,9 @@ def test_kernels_compile_without_spills_and_fit(arch, build, tmp_path, compile_s
     chosen = cfg["variant_sm120"] if arch == "sm_120" else cfg["variant_sm90"]
     checked = 0
     built = []
-    for v, var in cfg["variants"].items():
-        f = main[kernel_symbol(main, var)]
+    for v, kv in [(v, 0) for v in cfg["variants"]] + fp8:
+        var = cfg["variants"][v]
+        f = main[kernel_symbol(main, var, kv)]
         # Registers are allocated per warp in units of 256 and each of the 4 schedulers has a
         # quarter of the file: the scheduler holding the most warps must fit them.
         regs_alloc = -(-f["regs"] // 8) * 8
@@ -175,11 +181,12 @@ def test_kernels_compile_without_spills_and_fit(arch, build, tmp_path, compile_s
             f"{arch} variant {v}: {f['regs']} regs x {var['threads']} threads"
         )
         pick = " [launcher's pick]" if v == chosen else ""
+        name = variant_name(var) + FP8_KV.get(kv, "")
         if var["smem"] > SMEM_LIMIT[arch]:  # compiled empty: it cannot launch on this arch
-            built.append(f"  {v}: {variant_name(var)}: empty ({var['smem']} B smem > the limit)")
+            built.append(f"  {v}: {name}: empty ({var['smem']} B smem > the limit)")
         else:
             built.append(
-                f"  {v}: {variant_name(var)}: {f['regs']} regs, {f['smem']} static + "
+                f"  {v}: {name}: {f['regs']} regs, {f['smem']} static + "
                 f"{var['smem']} dynamic B smem, 0 spills{pick}"
             )
         if v == chosen:
@@ -188,17 +195,20 @@ def test_kernels_compile_without_spills_and_fit(arch, build, tmp_path, compile_s
                 f" > {SMEM_LIMIT[arch]}"
             )
             checked += 1
-    assert checked == 1, f"{arch}: the launcher's variant {chosen} is not compiled"
+    assert checked == 1 + len(FP8_KV), f"{arch}: the launcher's variant {chosen} is not compiled"
     compile_summary.append(
         f"{arch} {build} build: {len(main)} main kernel(s) + {len(combine)} combine kernel(s), "
         f"smem limit {SMEM_LIMIT[arch]} B\n" + "\n".join(built)
     )
 
 
-def kernel_symbol(main: dict, var: dict) -> str:
-    """The mangled name of the main kernel compiled for a variant (exactly one)."""
+def kernel_symbol(main: dict, var: dict, kv: int = 0) -> str:
+    """The mangled name of the main kernel compiled for a variant and KV dtype (csrc/params.h
+    KvDtype: 0 bf16, 1 e4m3, 2 e5m2), exactly one."""
     loaders = (var["threads"] - 256) // 32
-    tag = f"verify_main_kernelILi{var['stages']}ELb{var['pipe']}ELi{var['mode']}ELi{loaders}EE"
+    tag = (
+        f"verify_main_kernelILi{var['stages']}ELb{var['pipe']}ELi{var['mode']}ELi{loaders}ELi{kv}EE"
+    )
     names = [n for n in main if tag in n]
     assert len(names) == 1, f"no single main kernel {tag} among {sorted(main)}"
     return names[0]

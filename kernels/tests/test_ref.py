@@ -133,3 +133,49 @@ def test_unused_pool_slots_are_poisoned_and_never_read():
         inp.sm_scale,
     )
     assert torch.isfinite(o).all()
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_pool_reference_is_the_dequantized_pool_with_descales(fp8):
+    """An fp8 pool (or its uint8 storage with kv_dtype) is its values times the descales on the
+    prefix columns only: the same as a float64 pool holding those products."""
+    inp = make_inputs([50, 9], [4, 3], 8, seed=3, kv_dtype=fp8, k_scale=0.25)
+    assert inp.k_buffer.dtype == fp8 and inp.k_descale == 0.25
+    o, lse = inp.reference()
+    deq = inp.k_buffer.float().double() * 0.25
+    args = (inp.qo_indptr, inp.kv_indptr, inp.kv_indices, inp.custom_mask, inp.mask_indptr)
+    o2, lse2 = verify_attention_ref(
+        inp.q, inp.k_extend, inp.v_extend, deq, deq[..., :512], *args, inp.sm_scale
+    )
+    assert torch.allclose(o, o2, rtol=0, atol=1e-12) and torch.allclose(lse, lse2, atol=1e-12)
+    raw = inp.k_buffer.view(torch.uint8)
+    o3, _ = verify_attention_ref(
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        raw,
+        raw[..., :512],
+        *args,
+        inp.sm_scale,
+        k_descale=0.25,
+        v_descale=0.25,
+        kv_dtype=fp8,
+    )
+    assert torch.equal(o, o3)
+    # A separate v_descale scales the values only: the LSE stays, the output moves.
+    o4, lse4 = verify_attention_ref(
+        inp.q,
+        inp.k_extend,
+        inp.v_extend,
+        inp.k_buffer,
+        inp.v_buffer,
+        *args,
+        inp.sm_scale,
+        k_descale=0.25,
+        v_descale=0.5,
+    )
+    assert torch.allclose(lse4, lse, atol=1e-12) and not torch.allclose(o4, o)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        verify_attention_ref(
+            inp.q, inp.k_extend, inp.v_extend, raw, raw[..., :512], *args, inp.sm_scale
+        )

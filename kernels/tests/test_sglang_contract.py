@@ -37,12 +37,22 @@ KCTL_DECLINED = re.compile(r"kdtree-verify: declined\b")
 
 def test_active_line_matches_contract() -> None:
     line = loglines.format_active("0.1.0", 90, "0.5.10")
-    assert line == "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_90 sglang=0.5.10"
+    assert line == (
+        "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_90 sglang=0.5.10 path=startup-hook"
+    )
     assert KCTL_ACTIVE.search("2026-11-29 10:00:00 [TP0] " + line)
     assert not KCTL_DECLINED.search(line)
     m = loglines.ACTIVE_LINE_RE.search(line)
     assert m and m.group("kernel") == "0.1.0" and m.group("arch") == "90"
-    assert m.group("sglang") == "0.5.10"
+    assert m.group("sglang") == "0.5.10" and m.group("path") == "startup-hook"
+    plugin = loglines.format_active("0.1.0", 90, "0.5.23", "plugin")
+    m = loglines.ACTIVE_LINE_RE.search(plugin)
+    assert m and m.group("sglang") == "0.5.23" and m.group("path") == "plugin"
+    # A line without the path field (older kernels, kctl's simulator) still parses.
+    m = loglines.ACTIVE_LINE_RE.search(line.removesuffix(" path=startup-hook"))
+    assert m and m.group("path") is None
+    with pytest.raises(ValueError):
+        loglines.format_active("0.1.0", 90, "0.5.23", "monkeypatch")
 
 
 def test_active_line_accepts_sm_prefix_and_rejects_garbage() -> None:
@@ -79,13 +89,17 @@ def test_pinned_version_and_its_neighbour_are_supported() -> None:
     assert layout is not None and layout.extend_positional == ("k_scale", "v_scale", "sm_scale")
     old = versions.layout_for("0.5.9")
     assert old is not None and old.extend_positional == ("sm_scale",)
+    post = versions.layout_for("0.5.10.post1")  # 0.5.10's code, re-released
+    assert post is not None and post.extend_positional == layout.extend_positional
 
 
-@pytest.mark.parametrize("version", [None, "0.5.8", "0.5.10.post1", "0.5.23", ""])
+@pytest.mark.parametrize("version", [None, "0.5.8", "0.5.11", "0.5.23", ""])
 def test_other_versions_are_declined(version: str | None) -> None:
     assert versions.layout_for(version) is None
     reason = versions.unsupported_reason(version)
     assert "0.5.10" in reason and "0.5.9" in reason
+    plugin_era = version in ("0.5.11", "0.5.23")
+    assert ("--attention-backend kdtree" in reason) == plugin_era
 
 
 def test_installed_version_reads_distribution_metadata(
@@ -122,6 +136,8 @@ KIMI = ServerFacts(
 
 def test_kimi_k2_at_tp8_is_active() -> None:
     assert decide(KIMI) == ACTIVE
+    # On the plugin path SGLang's model runner names the selected backend "kdtree".
+    assert decide(replace(KIMI, verify_backend="kdtree", sglang_version="0.5.23")) == ACTIVE
     assert decide(replace(KIMI, kernel_archs=None, arch=90)) == ACTIVE
 
 
@@ -151,6 +167,15 @@ def test_each_unsupported_server_is_declined_with_its_reason(
     assert words in decision.reason
     # The reason survives the trip into a decline line intact.
     assert words.replace('"', "'") in loglines.format_declined(decision.reason, "0.5.10")
+
+
+@pytest.mark.parametrize("dtype", ["torch.float8_e4m3fn", "torch.float8_e5m2"])
+def test_fp8_kv_cache_is_served_where_the_release_reads_one(dtype: str) -> None:
+    fp8 = replace(KIMI, kv_cache_dtype=dtype, sglang_version="0.5.23")
+    assert decide(replace(fp8, fp8_kv=True)) == ACTIVE
+    declined = decide(fp8)
+    assert not declined.active and "0.5.23's Triton MLA path does not read" in declined.reason
+    assert not decide(replace(KIMI, kv_cache_dtype="torch.float16", fp8_kv=True)).active
 
 
 def test_decision_is_a_value() -> None:
@@ -387,3 +412,101 @@ def test_probe_kernel_reports_a_missing_extension(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(kdtree_mla, "api", fake, raising=False)
     error, archs = patch.probe_kernel(None)
     assert error == "ImportError: kdtree_mla._C is not available" and archs is None
+
+
+# --- calls the kernel refuses loudly (score_mod, aux_tensors, lse_extend, skip_prefix) -------
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("score_mod", object()),
+        ("aux_tensors", [1]),
+        ("lse_extend", FakeTensor(16, 8)),
+        ("skip_prefix", True),
+    ],  # fmt: skip
+)
+def test_router_refuses_what_the_kernel_does_not_compute(name: str, value: Any) -> None:
+    from kdtree_mla.sglang.releases import UnsupportedCall
+
+    router, sglang_calls = make_router()
+    args, kwargs = sglang_args()
+    router.begin_step(True)
+    with pytest.raises(UnsupportedCall, match=name):
+        router(*args, **kwargs, **{name: value})
+    assert router.api.calls == [] and sglang_calls == []  # neither kernel ran
+    router.begin_step(False)  # outside a verify step the call is SGLang's own business
+    router(*args, **kwargs, **{name: value})
+    assert len(sglang_calls) == 1
+
+
+def test_router_takes_the_newest_keywords_at_their_defaults() -> None:
+    """0.5.23's forward_extend passes page_size, score_mod, aux_tensors, extend_seq_lens_cpu."""
+    router, sglang_calls = make_router()
+    args, kwargs = sglang_args()
+    newest = dict(page_size=1, score_mod=None, aux_tensors=None, extend_seq_lens_cpu=[4, 4, 4, 4],
+                  lse_extend=None, skip_prefix=False, skip_extend=False, identity_kv_indices=False)  # fmt: skip
+    router.begin_step(True)
+    router(*args, **kwargs, **newest)
+    assert len(router.api.calls) == 1 and sglang_calls == []
+    assert router.api.calls[0][0][13] == 0.125  # sm_scale after the KV scales
+
+
+@pytest.mark.parametrize(
+    "change", [{"page_size": 16}, {"skip_extend": True}, {"identity_kv_indices": True}]
+)
+def test_router_leaves_other_keyword_calls_on_sglang(change: dict[str, Any]) -> None:
+    router, sglang_calls = make_router()
+    args, kwargs = sglang_args()
+    router.begin_step(True)
+    router(*args, **kwargs, **change)
+    assert router.api.calls == [] and len(sglang_calls) == 1
+    assert len(router.refusals) == 1
+
+
+def test_router_sends_fp8_pools_with_the_layer_descales() -> None:
+    torch = pytest.importorskip("torch", reason="fp8 dtypes come from torch")
+    from kdtree_mla.sglang.patch import VerifyRouter
+
+    sglang_calls: list[Any] = []
+    layout = versions.layout_for("0.5.10")
+    assert layout is not None
+
+    def make(fp8_kv: bool) -> VerifyRouter:
+        return VerifyRouter(original=lambda *a, **k: sglang_calls.append(a), layout=layout,
+                            api=FakeApi(), num_heads=8, num_draft_tokens=4, device="fake",
+                            max_batch=16, fp8_kv=fp8_kv)  # fmt: skip
+
+    args, kwargs = sglang_args()
+    args = (*args[:4], FakeTensor(1000, 1, 576, dtype=torch.float8_e4m3fn), *args[5:13],
+            0.37, 0.37, 0.125)  # fmt: skip
+    router = make(fp8_kv=True)
+    router.begin_step(True)
+    router(*args, **kwargs)
+    assert sglang_calls == [] and len(router.api.calls) == 1
+    call_args, call_kwargs = router.api.calls[0]
+    assert call_args[13] == 0.125 and call_kwargs["k_descale"] == call_kwargs["v_descale"] == 0.37
+    refusing = make(fp8_kv=False)  # a release whose own MLA path does not read fp8
+    refusing.begin_step(True)
+    refusing(*args, **kwargs)
+    assert refusing.api.calls == [] and len(sglang_calls) == 1 and refusing.refusals
+
+
+def test_reads_fp8_mla_is_read_from_the_release_source() -> None:
+    from kdtree_mla.sglang import backend
+
+    class Old:
+        def forward_extend(self, k, layer):  # type: ignore[no-untyped-def]
+            if self.use_mla:  # Triton MLA currently doesn't support quantized kv cache
+                return k
+            k_descale = layer.k_scale
+            return k_descale
+
+    class New:
+        def forward_extend(self, k, layer):  # type: ignore[no-untyped-def]
+            k_scaled = k / layer.k_scale
+            k_descale = layer.k_scale_float
+            return k_scaled, k_descale
+
+    assert backend.reads_fp8_mla(New) and not backend.reads_fp8_mla(Old)
+    assert not backend.reads_fp8_mla(type("NoSource", (), {"forward_extend": len}))

@@ -11,8 +11,8 @@ import pytest
 
 from kctl.cli import main
 from kctl.controller.common import _rebuild
-from kctl.controller.signals import InterruptGuard, RevertAborted
-from kctl.errors import Interrupted
+from kctl.controller.signals import InterruptGuard
+from kctl.errors import Interrupted, RevertAborted
 from kctl.profile import load_profile
 from kctl.profile.model import Profile
 from kctl.render import JSON_SCHEMA, envelope, history_text
@@ -214,3 +214,85 @@ def test_top_level_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str])
     for code in ("0 ok or promoted", "2 invalid input", "3 candidate rejected", "4 DEGRADED",
                  "5 a precondition failed", "130 interrupted", "1 internal error"):  # fmt: skip
         assert code in text
+
+
+def test_a_revert_tolerates_the_signals_it_was_told_to() -> None:
+    deferred: list[str] = []
+    guard = InterruptGuard(on_deferred=deferred.append)
+    with guard:
+        guard.begin_revert(tolerate=1)  # a revert a gate rejection started
+        signal.raise_signal(signal.SIGTERM)  # noted, the revert goes on
+        assert deferred == ["SIGTERM"]
+        with pytest.raises(RevertAborted) as second:
+            signal.raise_signal(signal.SIGINT)
+    assert second.value.signal_name == "SIGINT"
+    assert second.value.exit_code == 4
+
+
+def test_every_exception_kctl_defines_is_a_kctl_error() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import kctl
+    from kctl.errors import KctlError
+
+    outside = []
+    for info in pkgutil.walk_packages(kctl.__path__, "kctl."):
+        if info.name.startswith(("kctl.sim", "kctl.__main__", "kctl.sglang.probe")):
+            # the simulator stands in for SGLang; the probe is a standard-library script
+            # run inside serving images, where kctl is not installed
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == info.name
+                and not issubclass(obj, KctlError)
+            ):
+                outside.append(f"{info.name}.{name}")
+    assert outside == []
+
+
+def test_abort_is_recognised_by_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    import kctl.controller.status as status_module
+
+    def abort(ctx: object) -> None:
+        raise typer.Abort()
+
+    monkeypatch.setattr(status_module, "status", abort)
+    assert main(["--state-dir", str(tmp_path), "status"]) == 130
+    assert "kctl: aborted" in capsys.readouterr().err
+
+
+def test_a_rejected_deploy_prints_its_result_and_log_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import kctl.controller.deploy as deploy_module
+    from kctl.errors import CandidateRejected
+
+    result = {
+        "deployment_id": "d-1",
+        "profile": "cand",
+        "profile_hash": "0" * 64,
+        "outcome": "rejected",
+        "reason": "health failed",
+        "serving": "d-0",
+    }
+
+    def reject(ctx: object, path: str, *, force: bool = False) -> None:
+        raise CandidateRejected("candidate cand rejected", result=result, log_tail="boom")
+
+    monkeypatch.setattr(deploy_module, "deploy", reject)
+    assert main(["--state-dir", str(tmp_path), "deploy", "x.yaml"]) == 3
+    out, err = capsys.readouterr()
+    assert "REJECTED: cand (d-1)" in out
+    assert "last log lines:\nboom" in err and "kctl: error: candidate cand rejected" in err
+    assert main(["--state-dir", str(tmp_path), "--json", "deploy", "x.yaml"]) == 3
+    envelope = json.loads(capsys.readouterr().out)
+    assert envelope["result"] == result and envelope["error"]["type"] == "CandidateRejected"

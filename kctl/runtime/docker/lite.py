@@ -3,26 +3,39 @@ docker SDK, so ``kctl status`` stays fast (the SDK costs its import and a versio
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
+from typing import Any
+
+import urllib3
+from urllib3.connection import HTTPConnection
 
 from kctl.errors import RuntimeUnavailable
 from kctl.runtime.base import InstanceState
 from kctl.runtime.docker.engine import REMEDY
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+class _UnixConnection(HTTPConnection):
+    """urllib3's connection, connected to a unix socket instead of host:port."""
 
-    def connect(self) -> None:
+    def __init__(self, *args: Any, socket_path: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.socket_path = socket_path
+
+    def _new_conn(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+        sock.settimeout(self.timeout if isinstance(self.timeout, (int, float)) else None)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+
+class _UnixPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _UnixConnection
 
 
 def socket_path() -> str | None:
@@ -39,17 +52,16 @@ def inspect_state(ref: str, timeout_s: float = 5.0) -> InstanceState | None:
     path = socket_path()
     if path is None:
         return None
-    conn = _UnixConnection(path, timeout_s)
+    pool = _UnixPool("localhost", timeout=timeout_s, maxsize=1, socket_path=path)
     try:
-        conn.request("GET", f"/containers/{ref}/json")
-        resp = conn.getresponse()
-        body = resp.read()
-    except OSError as exc:
+        resp = pool.request("GET", f"/containers/{ref}/json", retries=False)
+        body = resp.data
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
         raise RuntimeUnavailable(
             f"cannot reach the Docker engine at {path}: {exc}", hint=REMEDY
         ) from exc
     finally:
-        conn.close()
+        pool.close()
     if resp.status == 404:
         return InstanceState(running=False, detail="container not found")
     if resp.status != 200:

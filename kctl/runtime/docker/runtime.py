@@ -15,7 +15,7 @@ import contextlib
 import math
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kctl.errors import KctlError, PreflightFailed
 from kctl.profile.model import Profile, RuntimeSpec
@@ -155,7 +155,7 @@ class DockerRuntime:
             except docker.errors.NotFound:
                 return ""
             raw = container.logs(stdout=True, stderr=True, tail="all" if tail is None else tail)
-        return raw.decode("utf-8", errors="replace")
+        return str(raw.decode("utf-8", errors="replace"))
 
     def running(self) -> list[Instance]:
         """Every running container labelled ``kctl.managed=true``."""
@@ -274,7 +274,7 @@ class DockerRuntime:
         )
 
 
-def state_from_inspect(attrs: dict) -> InstanceState:  # type: ignore[type-arg]
+def state_from_inspect(attrs: dict[str, Any]) -> InstanceState:
     """Running flag, exit code, OOM kill and restart count from ``docker inspect`` data."""
     st = attrs.get("State", {})
     running = bool(st.get("Running")) and not st.get("Restarting")

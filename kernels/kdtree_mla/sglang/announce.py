@@ -17,10 +17,15 @@ _printed: list[str] = []
 
 
 def active(
-    kernel_version: str, arch: int, sglang_version: str, *, stream: TextIO | None = None
+    kernel_version: str,
+    arch: int,
+    sglang_version: str,
+    *,
+    path: str = "startup-hook",
+    stream: TextIO | None = None,
 ) -> str:
     """Print the activation line (once per process) and return it."""
-    return _emit(format_active(kernel_version, arch, sglang_version), stream)
+    return _emit(format_active(kernel_version, arch, sglang_version, path), stream)
 
 
 def declined(reason: str, sglang_version: str, *, stream: TextIO | None = None) -> str:

@@ -20,8 +20,14 @@ HEAD_DIM_QK = 576
 HEAD_DIM_V = 512
 MAX_DRAFT = 16
 SUPPORTED_HEADS = (8, 16, 32, 64, 128)
-#: KV-cache dtypes the kernel reads (``str(torch.bfloat16)``); fp8 caches stay on SGLang.
+#: Backend names that serve target verify through a Triton backend the router sits on: the
+#: startup hook patches ``triton``; ``kdtree`` is the plugin's subclass of it.
+VERIFY_BACKENDS = ("triton", "kdtree")
+#: KV-cache dtypes the kernel reads (``str(torch.bfloat16)``).
 SUPPORTED_KV_DTYPES = ("torch.bfloat16",)
+#: fp8 KV caches the kernel reads with SGLang's per-layer descales, on releases whose own
+#: Triton MLA path reads one (``ServerFacts.fp8_kv``).
+FP8_KV_DTYPES = ("torch.float8_e4m3fn", "torch.float8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class ServerFacts:
         deterministic: ``--enable-deterministic-inference`` (SGLang then uses its unified kernel).
         verify_backend: the attention backend that serves target verify (``"triton"``...), or None
             when unknown.
+        fp8_kv: the release's Triton MLA path reads an fp8 KV cache (scales K by ``k_scale``
+            when storing, passes ``k_descale``/``v_descale``); then the kernel reads it too.
     """
 
     sglang_version: str
@@ -64,6 +72,7 @@ class ServerFacts:
     sliding_window: bool
     deterministic: bool
     verify_backend: str | None
+    fp8_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ def decide(facts: ServerFacts) -> Decision:
     if facts.kernel_archs is not None and facts.arch not in facts.kernel_archs:
         built = ",".join(f"sm_{a}" for a in facts.kernel_archs) or "none"
         return no(f"kdtree_mla was built for {built}, this GPU is sm_{facts.arch}")
-    if facts.verify_backend is not None and facts.verify_backend != "triton":
+    if facts.verify_backend is not None and facts.verify_backend not in VERIFY_BACKENDS:
         return no(f"target verify runs on the {facts.verify_backend} attention backend, not triton")
     if not facts.use_mla:
         return no("model attention is not MLA")
@@ -100,8 +109,13 @@ def decide(facts: ServerFacts) -> Decision:
             f"MLA head dims are q {facts.qk_head_dim} / v {facts.v_head_dim}, "
             f"the kernel needs q {HEAD_DIM_QK} / v {HEAD_DIM_V}"
         )
-    if facts.kv_cache_dtype not in SUPPORTED_KV_DTYPES:
-        return no(f"KV cache dtype {facts.kv_cache_dtype} is not bf16 (quantised KV cache)")
+    if facts.kv_cache_dtype in FP8_KV_DTYPES and not facts.fp8_kv:
+        return no(
+            f"KV cache dtype {facts.kv_cache_dtype}: sglang {facts.sglang_version}'s Triton MLA "
+            "path does not read a quantised KV cache"
+        )
+    if facts.kv_cache_dtype not in (*SUPPORTED_KV_DTYPES, *FP8_KV_DTYPES):
+        return no(f"KV cache dtype {facts.kv_cache_dtype} is not bf16 or fp8")
     if facts.page_size != 1:
         return no(f"page size {facts.page_size}, the kernel needs page size 1")
     if not facts.speculative:
@@ -142,6 +156,7 @@ def call_refusal(
     max_tokens: int,
     max_batch: int,
     batch: int,
+    fp8_ok: bool = False,
 ) -> str | None:
     """None when one ``extend_attention_fwd`` call of a verify step can go to the kernel.
 
@@ -154,7 +169,8 @@ def call_refusal(
         return f"o shape {o_shape}"
     if len(kv_buffer_shape) != 3 or kv_buffer_shape[1] != 1 or kv_buffer_shape[2] != HEAD_DIM_QK:
         return f"KV buffer shape {kv_buffer_shape}"
-    if kv_dtype not in SUPPORTED_KV_DTYPES:
+    fp8 = fp8_ok and kv_dtype in FP8_KV_DTYPES
+    if kv_dtype not in SUPPORTED_KV_DTYPES and not fp8:
         return f"KV buffer dtype {kv_dtype}"
     if not has_custom_mask or not is_causal:
         return "no tree mask (not a target-verify call)"
@@ -166,7 +182,7 @@ def call_refusal(
         return "attention sinks / window offsets"
     if xai_temperature_len is not None and xai_temperature_len > 0:
         return "xai temperature"
-    if k_scale != 1.0 or v_scale != 1.0:
+    if not fp8 and (k_scale != 1.0 or v_scale != 1.0):
         return "scaled (quantised) KV"
     if q_shape[0] > max_tokens or batch > max_batch:
         return f"batch {batch} / {q_shape[0]} tokens exceeds the workspace ({max_batch} / {max_tokens})"

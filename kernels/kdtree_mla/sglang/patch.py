@@ -42,6 +42,7 @@ from kdtree_mla.sglang.eligibility import (
     call_refusal,
     decide,
 )
+from kdtree_mla.sglang.releases import REFUSED_KEYWORDS, UnsupportedCall, refused_keyword
 from kdtree_mla.sglang.versions import SglangLayout
 
 logger = logging.getLogger(__name__)
@@ -195,12 +196,19 @@ def no_triton_reason(model_runner: Any) -> str:
     return f"target verify runs on the {name} attention backend, not triton"
 
 
-def attach(backend: Any, model_runner: Any, layout: SglangLayout, version: str) -> None:
+def attach(
+    backend: Any,
+    model_runner: Any,
+    layout: SglangLayout,
+    version: str,
+    path: str = "startup-hook",
+    fp8_kv: bool = False,
+) -> None:
     """Decide for one freshly built backend; when active, give it a router and a workspace."""
     if getattr(model_runner, "is_draft_worker", False) or getattr(backend, "skip_prefill", False):
         return  # the draft model's attention (decode, draft extend) stays on SGLang
     try:
-        facts = gather_facts(backend, model_runner, version)
+        facts = gather_facts(backend, model_runner, version, fp8_kv=fp8_kv)
     except Exception as exc:
         announce.declined(
             f"cannot read SGLang's model runner: {type(exc).__name__}: {exc}", version
@@ -221,6 +229,7 @@ def attach(backend: Any, model_runner: Any, layout: SglangLayout, version: str) 
             num_draft_tokens=int(backend.num_draft_tokens),
             device=_cuda_device(getattr(backend, "device", None)),
             max_batch=_max_batch(model_runner),
+            fp8_kv=fp8_kv,
         )
     except Exception as exc:
         announce.declined(f"workspace allocation failed: {type(exc).__name__}: {exc}", version)
@@ -228,7 +237,7 @@ def attach(backend: Any, model_runner: Any, layout: SglangLayout, version: str) 
     backend.__dict__[ROUTER] = router
     backend.extend_attention_fwd = _compiler_disabled(router)
     assert facts.arch is not None  # decide() refuses a missing device
-    announce.active(facts.kernel_version, facts.arch, version)
+    announce.active(facts.kernel_version, facts.arch, version, path=path)
 
 
 class VerifyRouter:
@@ -250,6 +259,7 @@ class VerifyRouter:
         num_draft_tokens: int,
         device: Any,
         max_batch: int,
+        fp8_kv: bool = False,
     ) -> None:
         self.original = original
         self.layout = layout
@@ -269,6 +279,10 @@ class VerifyRouter:
             _COMMON_POSITIONAL + positional.index("k_scale") if "k_scale" in positional else None
         )
         self._bf16 = _bf16()
+        # fp8 pools go to the kernel with SGLang's per-layer descales, where the release's own
+        # Triton MLA path reads one (it passes k_scale/v_scale positionally: 0.5.10's layout).
+        self.fp8_kv = bool(fp8_kv and self._k_scale_pos is not None)
+        self._fp8 = _fp8_dtypes() if self.fp8_kv else ()
         self.workspace = self._allocate(max_batch)
 
     def _allocate(self, max_batch: int) -> Any:
@@ -303,6 +317,12 @@ class VerifyRouter:
         if not self.step_active or len(args) < _COMMON_POSITIONAL:
             self.sglang_calls += 1
             return self.original(*args, **kwargs)
+        if kwargs:
+            for name in REFUSED_KEYWORDS:
+                if name in kwargs:
+                    why = refused_keyword(name, kwargs[name])
+                    if why is not None:
+                        raise UnsupportedCall(f"kdtree-verify: target-verify call refused: {why}")
         # The fast check runs 61 times a step in eager mode, so it is plain attribute and
         # comparison work (~1 us); only a call it does not accept pays for the full,
         # reason-giving check, which has the last word.
@@ -313,14 +333,31 @@ class VerifyRouter:
                 return self.original(*args, **kwargs)
         sm_pos = self._sm_scale_pos
         sm_scale = args[sm_pos] if len(args) > sm_pos else kwargs.get("sm_scale")
-        self._kernel(*args[:_COMMON_POSITIONAL], sm_scale, workspace=self.workspace)
+        if self._fp8 and args[4].dtype in self._fp8:
+            ks = self._k_scale_pos
+            assert ks is not None
+            self._kernel(
+                *args[:_COMMON_POSITIONAL],
+                sm_scale,
+                workspace=self.workspace,
+                k_descale=args[ks],
+                v_descale=args[ks + 1],
+            )
+        else:
+            self._kernel(*args[:_COMMON_POSITIONAL], sm_scale, workspace=self.workspace)
         self.kernel_calls += 1
         return None
 
     def _fast_accept(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         q, o, k_buf = args[0], args[3], args[4]
         ks = self._k_scale_pos
-        if ks is not None and len(args) > ks + 1 and (args[ks] != 1.0 or args[ks + 1] != 1.0):
+        fp8 = k_buf.dtype in self._fp8
+        if (
+            not fp8
+            and ks is not None
+            and len(args) > ks + 1
+            and (args[ks] != 1.0 or args[ks + 1] != 1.0)
+        ):
             return False
         q_shape, kb_shape = q.shape, k_buf.shape
         limits = self.workspace.limits
@@ -331,7 +368,7 @@ class VerifyRouter:
             len(q_shape) == 3
             and q_shape[2] == HEAD_DIM_QK
             and o.shape[-1] == HEAD_DIM_V
-            and k_buf.dtype is self._bf16
+            and (k_buf.dtype is self._bf16 or fp8)
             and len(kb_shape) == 3
             and kb_shape[1] == 1
             and kb_shape[2] == HEAD_DIM_QK
@@ -345,6 +382,9 @@ class VerifyRouter:
             and (window is None or window < 0)
             and (xai is None or xai <= 0)
             and get("skip_prefix_custom_mask", True)
+            and get("page_size", 1) == 1
+            and not get("skip_extend")
+            and not get("identity_kv_indices")
         )
 
     def _refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -369,9 +409,14 @@ class VerifyRouter:
             max_tokens=int(limits.max_tokens),
             max_batch=int(limits.max_batch),
             batch=int(qo_indptr.shape[0]) - 1,
+            fp8_ok=self.fp8_kv,
         )
         if refusal is None and not named.get("skip_prefix_custom_mask", True):
             refusal = "prefix columns masked"
+        if refusal is None and _int_or(named.get("page_size"), 1) != 1:
+            refusal = f"page size {named.get('page_size')}"
+        if refusal is None and (named.get("skip_extend") or named.get("identity_kv_indices")):
+            refusal = "skip_extend / identity_kv_indices (a DCP or dense-prefix call)"
         return refusal
 
     def _refused(self, reason: str) -> None:
@@ -381,7 +426,9 @@ class VerifyRouter:
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
 
 
-def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
+def gather_facts(
+    backend: Any, model_runner: Any, version: str, *, fp8_kv: bool = False
+) -> ServerFacts:
     """Read what :func:`~.eligibility.decide` needs from SGLang's objects."""
     import kdtree_mla
 
@@ -415,6 +462,7 @@ def gather_facts(backend: Any, model_runner: Any, version: str) -> ServerFacts:
         sliding_window=sliding is not None and sliding > 0,
         deterministic=bool(getattr(backend, "enable_deterministic", False)),
         verify_backend=_verify_backend_name(model_runner),
+        fp8_kv=fp8_kv,
     )
 
 
@@ -509,6 +557,14 @@ def _bf16() -> Any:
     except ImportError:
         return object()
     return torch.bfloat16
+
+
+def _fp8_dtypes() -> tuple[Any, ...]:
+    try:
+        import torch
+    except ImportError:
+        return ()
+    return tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
 
 
 def _int_or(value: Any, default: int) -> int:

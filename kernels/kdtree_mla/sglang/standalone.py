@@ -31,10 +31,19 @@ from typing import Any
 #: Files taken unchanged from the wheel (paths inside it).
 REAL_FILES = (
     "sglang/srt/layers/attention/triton_backend.py",
-    "sglang/srt/layers/attention/utils.py",
     "sglang/srt/layers/attention/triton_ops/extend_attention.py",
     "sglang/srt/layers/attention/triton_ops/decode_attention.py",
     "sglang/srt/layers/attention/triton_ops/prefill_attention.py",
+)
+#: Taken too when the release has them: the KV-index kernel (``utils.py`` up to 0.5.12,
+#: ``triton_ops/kv_indices.py`` from 0.5.13), the split-count helper (0.5.13), and the plugin
+#: framework (0.5.11 on: ``load_plugins`` discovers the kernel's entry point for real).
+OPTIONAL_FILES = (
+    "sglang/srt/layers/attention/utils.py",
+    "sglang/srt/layers/attention/triton_ops/kv_indices.py",
+    "sglang/srt/layers/attention/triton_ops/metadata.py",
+    "sglang/srt/plugins/__init__.py",
+    "sglang/srt/plugins/hook_registry.py",
 )
 
 #: Stand-ins: path -> (what it replaces, source).
@@ -72,6 +81,58 @@ def get_device_core_count(device_id=0):
 
 def next_power_of_2(n):
     return 1 << (n - 1).bit_length() if n > 0 else 1
+
+
+def is_gfx942_supported():
+    return False
+""",
+    ),
+    "sglang/srt/utils/common.py": (
+        "is_npu() = False (0.5.13's base backend)",
+        "def is_npu():\n    return False\n",
+    ),
+    "sglang/kernel_api_logging.py": (
+        "debug_kernel_api: the identity decorator (logging off, as by default)",
+        "def debug_kernel_api(fn):\n    return fn\n",
+    ),
+    "sglang/srt/mem_cache/swa_memory_pool.py": (
+        "SWAKVPool: a class no test pool is an instance of (no sliding window)",
+        "class SWAKVPool:\n    pass\n",
+    ),
+    "sglang/srt/environ.py": (
+        "envs.SGLANG_PLUGINS (the plugin framework's filter), read from the environment",
+        """
+import os
+from types import SimpleNamespace
+
+envs = SimpleNamespace(
+    SGLANG_PLUGINS=SimpleNamespace(get=lambda: os.environ.get("SGLANG_PLUGINS", "")),
+    SGLANG_PLATFORM=SimpleNamespace(get=lambda: os.environ.get("SGLANG_PLATFORM", "")),
+)
+""",
+    ),
+    "sglang/srt/layers/attention/attention_registry.py": (
+        "register_attention_backend and ATTENTION_BACKENDS (same body), without the built-ins",
+        """
+ATTENTION_BACKENDS = {}
+
+
+def register_attention_backend(name):
+    def decorator(fn):
+        ATTENTION_BACKENDS[name] = fn
+        return fn
+
+    return decorator
+""",
+    ),
+    "sglang/srt/server_args.py": (
+        "ATTENTION_BACKEND_CHOICES and add_attention_backend_choices (same body), nothing else",
+        """
+ATTENTION_BACKEND_CHOICES = ["triton", "flashinfer", "fa3"]
+
+
+def add_attention_backend_choices(choices):
+    ATTENTION_BACKEND_CHOICES.extend(choices)
 """,
     ),
     "sglang/srt/configs/model_config.py": (
@@ -86,10 +147,16 @@ class AttentionArch(IntEnum):
 """,
     ),
     "sglang/srt/layers/attention/base_attn_backend.py": (
-        "AttentionBackend: an empty base class (the ABC's forward() dispatch is not used)",
+        "AttentionBackend: a base class with 0.5.13's no-op graph hooks (forward() dispatch unused)",
         """
 class AttentionBackend:
     def __init__(self):
+        pass
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        pass
+
+    def init_forward_metadata_in_graph(self, forward_batch):
         pass
 """,
     ),
@@ -140,6 +207,15 @@ class ForwardMode(IntEnum):
     def is_target_verify(self):
         return self == ForwardMode.TARGET_VERIFY
 
+    def is_extend(self, include_draft_extend_v2=False):
+        return self in (ForwardMode.EXTEND, ForwardMode.MIXED, ForwardMode.DRAFT_EXTEND,
+                        ForwardMode.TARGET_VERIFY) or (
+            include_draft_extend_v2 and self == ForwardMode.DRAFT_EXTEND_V2
+        )
+
+    def is_draft_extend_v2(self):
+        return self == ForwardMode.DRAFT_EXTEND_V2
+
     def is_draft_extend(self, include_v2=False):
         return self == ForwardMode.DRAFT_EXTEND or (
             include_v2 and self == ForwardMode.DRAFT_EXTEND_V2
@@ -148,17 +224,27 @@ class ForwardMode(IntEnum):
 
 class ForwardBatch(SimpleNamespace):
     pass
+
+
+def build_inner_fb_view(*args, **kwargs):
+    raise NotImplementedError("not part of the standalone tree")
 """,
     ),
     "sglang/srt/speculative/spec_utils.py": (
         "generate_draft_decode_kv_indices: draft decode only, never reached here",
         "def generate_draft_decode_kv_indices(*args, **kwargs):\n"
-        "    raise NotImplementedError('draft decode is not part of the standalone tree')\n",
+        "    raise NotImplementedError('draft decode is not part of the standalone tree')\n"
+        "\n\ndraft_kv_indices_buffer_width = draft_kv_indices_used_len = "
+        "generate_draft_decode_kv_indices\n",
     ),
     "sgl_kernel/__init__.py": (
         "sgl-kernel (CUDA ops): utils.py imports concat_mla_absorb_q, unused on this path",
         "def concat_mla_absorb_q(*args, **kwargs):\n"
         "    raise NotImplementedError('sgl-kernel is not part of the standalone tree')\n",
+    ),
+    "sgl_kernel/utils.py": (
+        "is_arch_support_pdl() = False (0.5.13 reads it; no PDL launches)",
+        "def is_arch_support_pdl():\n    return False\n",
     ),
 }
 
@@ -175,15 +261,18 @@ def build_tree(wheel: Path, dest: Path, *, version: str | None = None) -> Path:
         missing = [f for f in REAL_FILES if f not in names]
         if missing:
             raise FileNotFoundError(f"{wheel.name} lacks {', '.join(missing)}")
-        for name in REAL_FILES:
+        taken = [*REAL_FILES, *(f for f in OPTIONAL_FILES if f in names)]
+        for name in taken:
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(name))
     for rel, (_what, source) in STUBS.items():
+        if rel in taken:
+            continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(source.lstrip("\n"))
-    for pkg in sorted({str(Path(f).parent) for f in (*REAL_FILES, *STUBS)}):
+    for pkg in sorted({str(Path(f).parent) for f in (*taken, *STUBS)}):
         init = dest / pkg / "__init__.py"
         if not init.exists():
             init.write_text("")
@@ -202,12 +291,15 @@ class MLAPool:
     Unused rows hold NaN so a kernel that reads a slot it was not given shows it.
     """
 
-    def __init__(self, num_layers: int, size: int, device: Any = "cuda") -> None:
+    def __init__(self, num_layers: int, size: int, device: Any = "cuda", dtype: Any = None) -> None:
         import torch
 
         self.size = size
+        self.dtype = torch.bfloat16 if dtype is None else dtype
         self.buffers = [
-            torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device)
+            torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device).to(
+                self.dtype
+            )
             for _ in range(num_layers)
         ]
 
@@ -231,7 +323,10 @@ def make_model_runner(
     cuda_graph_max_bs: int | None = None,
     device: str = "cuda",
 ) -> SimpleNamespace:
-    """A model runner with what ``TritonAttnBackend.__init__`` and the patch read."""
+    """A model runner with what ``TritonAttnBackend.__init__`` and the patch read.
+
+    The KV-cache dtype is the pool's (``MLAPool(dtype=torch.float8_e4m3fn)`` for an fp8 cache).
+    """
     import torch
     from sglang.srt.configs.model_config import AttentionArch
 
@@ -263,31 +358,47 @@ def make_model_runner(
             is_encoder_decoder=False,
             kv_lora_rank=512,
             qk_rope_head_dim=64,
+            v_head_dim=512,
+            swa_v_head_dim=None,
         ),
         hybrid_gdn_config=None,
+        linear_attn_model_spec=None,
         kimi_linear_config=None,
         device=device,
         gpu_id=torch.cuda.current_device() if torch.cuda.is_available() else 0,
         is_draft_worker=False,
         spec_algorithm=SimpleNamespace(is_none=lambda: False),
-        kv_cache_dtype=torch.bfloat16,
+        kv_cache_dtype=pool.dtype,
         page_size=1,
         prefill_attention_backend_str="triton",
         decode_attention_backend_str="triton",
     )
 
 
-def make_layer(layer_id: int, num_heads: int, scaling: float) -> SimpleNamespace:
-    """The ``RadixAttention`` attributes ``forward_extend`` reads, for absorbed MLA."""
+def make_layer(
+    layer_id: int, num_heads: int, scaling: float, kv_scale: float | None = None
+) -> SimpleNamespace:
+    """The ``RadixAttention`` attributes ``forward_extend`` reads, for absorbed MLA.
+
+    ``kv_scale`` sets the layer's fp8 KV scales (``k_scale``/``v_scale`` tensors and floats).
+    """
     from sglang.srt.layers.radix_attention import AttentionType
+
+    scale = None
+    if kv_scale is not None:
+        import torch
+
+        scale = torch.tensor(kv_scale, dtype=torch.float32, device="cuda")
 
     return SimpleNamespace(
         layer_id=layer_id,
         tp_q_head_num=num_heads,
         qk_head_dim=576,
         v_head_dim=512,
-        k_scale=None,
-        v_scale=None,
+        k_scale=scale,
+        v_scale=scale,
+        k_scale_float=kv_scale,
+        v_scale_float=kv_scale,
         logit_capping_method="tanh",
         logit_cap=0.0,
         is_cross_attention=False,
@@ -351,4 +462,6 @@ def verify_batch(
         extend_seq_lens=None,
         extend_start_loc=None,
         extend_prefix_lens=None,
+        extend_seq_lens_cpu=None,
+        encoder_lens=None,
     )

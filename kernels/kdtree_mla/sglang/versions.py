@@ -1,4 +1,4 @@
-"""Which SGLang versions the hook patches, and how their Triton backend calls differ.
+"""Which SGLang versions the startup hook patches, and how their Triton backend calls differ.
 
 Only versions whose code was read are listed (``python/sglang/srt/layers/attention/
 triton_backend.py`` and ``triton_ops/extend_attention.py`` of the published wheels). Any other
@@ -30,6 +30,8 @@ class SglangLayout:
 SUPPORTED: dict[str, SglangLayout] = {
     "0.5.9": SglangLayout("0.5.9", ("sm_scale",)),
     "0.5.10": SglangLayout("0.5.10", ("k_scale", "v_scale", "sm_scale")),
+    # Same triton_backend.py and extend_attention.py as 0.5.10 (read in the wheel).
+    "0.5.10.post1": SglangLayout("0.5.10.post1", ("k_scale", "v_scale", "sm_scale")),
 }
 
 
@@ -59,4 +61,21 @@ def unsupported_reason(version: str | None) -> str:
     supported = ", ".join(sorted(SUPPORTED))
     if version is None:
         return f"sglang distribution metadata not found; supported versions: {supported}"
-    return f"sglang {version} is not supported; supported versions: {supported}"
+    reason = (
+        f"sglang {version} is not supported by the startup hook; supported versions: {supported}"
+    )
+    key = version_key(version)
+    if key is not None and key >= (0, 5, 11, -1):
+        reason += "; on 0.5.11 and later select the kernel with --attention-backend kdtree"
+    return reason
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """``0.5.10.post1`` -> (0, 5, 10, 1); ``0.5.10`` -> (0, 5, 10, -1); None if not a release."""
+    import re
+
+    m = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$", version.strip())
+    if m is None:
+        return None
+    major, minor, patch, post = m.groups()
+    return (int(major), int(minor), int(patch), int(post or -1))

@@ -354,7 +354,7 @@ def test_real_sglang_with_the_variable_is_patched_and_active(tmp_path: Path) -> 
     result, lines = _probe(tmp_path, None, "1")
     assert result["patched"] is True and result["router"] is True
     assert len(lines) == 1 and "kdtree-verify: active kernel=kdtree_mla-" in lines[0], lines
-    assert lines[0].endswith("sglang=0.5.10")
+    assert lines[0].endswith("sglang=0.5.10 path=startup-hook")
 
 
 def test_real_sglang_of_an_unsupported_version_declines_cleanly(tmp_path: Path) -> None:

@@ -1,0 +1,143 @@
+"""Where servers run and how time is read: the one seam between a real host and the
+simulator.
+
+:func:`make_backend` is the only place that chooses between them (from ``--simulate``).
+Everything else (controller, planner, health, gate) asks its backend and never branches
+on which one it has:
+
+- :class:`HostBackend`: each profile's own runtime (docker or local) running SGLang, the
+  wall clock, the GPUs ``nvidia-smi`` names;
+- :class:`SimulatedBackend`: the local runtime running :mod:`kctl.sim` in place of SGLang,
+  bound to loopback, its state in the state dir's ``simulate/`` namespace, and time
+  compressed by each profile's ``simulator.speedup``: rates and timings read back at
+  real-time scale through :meth:`Backend.time_scale`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Protocol
+
+from kctl.launch import launch_spec
+from kctl.profile.model import Profile
+from kctl.runtime.base import LaunchSpec
+
+
+class Backend(Protocol):
+    """What the controller needs to know about where servers run."""
+
+    def state_dir(self, root: Path) -> Path:
+        """The directory of this backend's store, lock and logs under the state root."""
+
+    def runtime_kind(self, requested: str) -> str:
+        """The runtime that runs a server a profile (or record) asks to run on ``requested``."""
+
+    def launch_spec(self, profile: Profile, deployment_id: str, image: str | None) -> LaunchSpec:
+        """How to start ``profile`` as ``deployment_id``."""
+
+    def time_scale(self, profile: Profile) -> float:
+        """Real-time seconds per wall-clock second while ``profile`` runs (1 on a host)."""
+
+    def identity(self) -> dict[str, Any]:
+        """What a stored measurement must have been taken on to be comparable."""
+
+    def note(self, profile: Profile | None) -> str | None:
+        """A line to print above a gate table, or None."""
+
+    def describe(self) -> dict[str, Any]:
+        """The backend's fields in ``kctl plan``'s result."""
+
+    def local_reason(self) -> str:
+        """Why a profile of another runtime kind runs locally ("" when it does not)."""
+
+
+def gpu_description() -> str:
+    """``<n>x <name>`` of this host's GPUs, from nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return "no-nvidia-smi"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown-gpu"
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return f"{len(names)}x {names[0]}" if names else "unknown-gpu"
+
+
+class HostBackend:
+    """This host: each profile's runtime, real SGLang, wall-clock time."""
+
+    def state_dir(self, root: Path) -> Path:
+        return root
+
+    def runtime_kind(self, requested: str) -> str:
+        return requested
+
+    def launch_spec(self, profile: Profile, deployment_id: str, image: str | None) -> LaunchSpec:
+        return launch_spec(profile, deployment_id, simulate=False, image=image)
+
+    def time_scale(self, profile: Profile) -> float:
+        return 1.0
+
+    def identity(self) -> dict[str, Any]:
+        return {"gpu": gpu_description(), "simulated": False}
+
+    def note(self, profile: Profile | None) -> str | None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"simulate": False}
+
+    def local_reason(self) -> str:
+        return ""
+
+
+class SimulatedBackend:
+    """The SGLang simulator on the local runtime, time compressed, in ``simulate/``."""
+
+    def state_dir(self, root: Path) -> Path:
+        return root / "simulate"
+
+    def runtime_kind(self, requested: str) -> str:
+        return "local"
+
+    def launch_spec(self, profile: Profile, deployment_id: str, image: str | None) -> LaunchSpec:
+        spec = launch_spec(profile, deployment_id, simulate=True)
+        # a simulated server never listens beyond loopback, whatever the profile binds
+        argv = list(spec.argv)
+        if "--host" in argv:
+            argv[argv.index("--host") + 1] = "127.0.0.1"
+        return dataclasses.replace(spec, argv=tuple(argv), host="127.0.0.1")
+
+    def time_scale(self, profile: Profile) -> float:
+        return float(profile.simulator.speedup)
+
+    def identity(self) -> dict[str, Any]:
+        return {"gpu": "simulated", "simulated": True}
+
+    def note(self, profile: Profile | None) -> str | None:
+        if profile is None:
+            return "SIMULATED (rates and timings at real-time scale)"
+        return (
+            f"SIMULATED (kctl.sim, time compressed {profile.simulator.speedup:g}x; "
+            "rates and timings shown at real-time scale)"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"simulate": True}
+
+    def local_reason(self) -> str:
+        return " (and --simulate runs locally)"
+
+
+def make_backend(*, simulate: bool) -> Backend:
+    """The backend for this command: the one place that decides on simulation."""
+    return SimulatedBackend() if simulate else HostBackend()

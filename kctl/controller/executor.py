@@ -1,0 +1,396 @@
+"""The executor: runs a :class:`~kctl.controller.steps.Plan`, one step at a time, each
+journalled before it acts (:class:`~kctl.controller.transaction.Transaction`).
+
+When a step fails after the host changed, it runs the plan's own ``revert`` steps (a plan
+without any, a rollback, ends DEGRADED). SIGINT/SIGTERM are failures like any other
+(:class:`~kctl.controller.signals.InterruptGuard`); a revert that a signal started is
+aborted by the next one, a revert that a failure started finishes on the first signal and
+is aborted only by a second.
+
+What a step acts on is resolved here from its role: the candidate is this deployment; the
+baseline the known-good deployment of the candidate's baseline profile (a new record when
+there is none); the target the deployment a revert or rollback restores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller import common
+from kctl.controller.recover import serving_now
+from kctl.controller.runstate import RunState, Timer
+from kctl.controller.signals import InterruptGuard
+from kctl.controller.steps import (
+    ClearServing,
+    Gate,
+    Measure,
+    Promote,
+    RecordBaseline,
+    Restore,
+    Role,
+    StartServer,
+    Step,
+    StopOthers,
+    StopServing,
+    WaitHealthy,
+)
+from kctl.errors import GateError, GateRejected, HealthFailed, Interrupted, KctlError
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+    from kctl.controller.steps import Plan
+    from kctl.controller.transaction import Transaction
+    from kctl.profile.model import Profile
+    from kctl.runtime.base import Instance, Runtime
+    from kctl.store import Store
+    from kctl.store.records import Deployment
+
+
+#: how long a server that no record describes gets to stop before it is killed
+DEFAULT_STOP_TIMEOUT_S = 60.0
+
+
+class RevertFailed(KctlError):
+    """Internal: the revert of a failed plan failed too (``cause`` is why); the deploy
+    turns it into :class:`~kctl.errors.Degraded`."""
+
+    exit_code = 4
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Executor:
+    def __init__(
+        self, ctx: Context, store: Store, runtime: Runtime, txn: Transaction, state: RunState
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.runtime = runtime
+        self.txn = txn
+        self.state = state
+        self.timer = Timer(ctx.monotonic)
+        self.guard = InterruptGuard(on_deferred=self._deferred)
+        self._handlers: dict[type[Step], Callable[[Any], None]] = {
+            StopServing: self._stop_serving,
+            StopOthers: self._stop_others,
+            StartServer: self._start,
+            WaitHealthy: self._wait_healthy,
+            RecordBaseline: self._record_baseline,
+            Measure: self._measure,
+            Gate: self._gate,
+            Promote: self._promote,
+            Restore: self._restore,
+            ClearServing: self._clear_serving,
+        }
+
+    # -- running -----------------------------------------------------------------------
+
+    def run_steps(self, steps: tuple[Step, ...]) -> None:
+        for step in steps:
+            if step.changes_host:
+                self.state.changed = True
+            self.state.failed_step = step
+            with self.txn.step(step), self.timer.phase(self._phase(step)):
+                self._handlers[type(step)](step)
+        self.state.failed_step = None
+
+    def revert(self, plan: Plan, cause: BaseException) -> None:
+        """Run ``plan.revert``; a signal while it runs is deferred once unless a signal
+        caused it. Raises RevertAborted (the second signal) or :class:`RevertFailed`."""
+        from kctl.errors import RevertAborted
+
+        self.guard.begin_revert(tolerate=0 if isinstance(cause, Interrupted) else 1)
+        try:
+            self.run_steps(plan.revert)
+        except RevertAborted:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the revert is DEGRADED
+            raise RevertFailed(exc) from exc
+
+    def _deferred(self, signal_name: str) -> None:
+        self.ctx.reporter.warn(
+            f"{signal_name} received: finishing the revert to the known-good baseline first "
+            "(a second signal aborts it)"
+        )
+
+    def _phase(self, step: Step) -> str | None:
+        """The timings name a step's seconds count under."""
+        role = getattr(step, "role", None)
+        if isinstance(step, (StartServer, WaitHealthy)):
+            if role == "candidate":
+                return "candidate_health" if self.state.baseline is not None else "health"
+            return "baseline_health" if role == "baseline" else None
+        if isinstance(step, Measure) and step.source == "live":
+            return "baseline_measure" if role == "baseline" else "measure"
+        return "gate" if isinstance(step, Gate) else None
+
+    # -- resolving roles -----------------------------------------------------------------
+
+    def _profile(self, role: Role) -> Profile:
+        st = self.state
+        if role == "candidate" and st.candidate is not None:
+            return st.candidate
+        if role == "baseline" and st.baseline is not None:
+            return st.baseline
+        if role == "target" and st.target is not None:
+            return st.target[1]
+        if role == "serving" and st.serving is not None:
+            return common.profile_of(st.serving[0])
+        raise KctlError(f"internal: the plan names a {role} this command does not have")
+
+    def _image(self, profile: Profile) -> str | None:
+        if profile.content_hash not in self.state.images:
+            self.state.images[profile.content_hash] = common.image_for(self.ctx, profile)
+        return self.state.images[profile.content_hash]
+
+    def _stop_timeout(self, instance: Instance) -> float:
+        """The stop timeout of the profile the instance runs (60 s for one never recorded)."""
+        from kctl.errors import DeploymentNotFound
+
+        try:
+            dep = self.store.get_deployment(instance.deployment_id)
+        except DeploymentNotFound:
+            return DEFAULT_STOP_TIMEOUT_S
+        return common.profile_of(dep).runtime.stop_timeout_s
+
+    def _stop(self, instance: Instance, why: str) -> None:
+        self.ctx.reporter.event(f"stopping {instance.deployment_id} ({why})")
+        self.runtime.stop(instance, self._stop_timeout(instance))
+        self.state.stopped.append(instance.deployment_id)
+
+    # -- the steps -----------------------------------------------------------------------
+
+    def _stop_serving(self, step: StopServing) -> None:
+        if self.state.serving is not None:
+            self._stop(self.state.serving[1], step.why)
+            self.store.set_serving(None)
+            self.state.serving = None
+
+    def _stop_others(self, step: StopOthers) -> None:
+        keep = self._keep_id(step.keep)
+        mine = self.state.instances.get("candidate")
+        if mine is None and self.state.candidate is not None:
+            # the start may have happened without its result reaching us (interrupted mid-start)
+            with contextlib.suppress(Exception):
+                mine = self.store.get_deployment(self.state.txn_id).instance_obj()
+        if mine is not None and mine.deployment_id != keep:
+            self._stop(mine, step.why)
+        for other in self.runtime.running():  # anything else of ours still up holds the port
+            if other.deployment_id != keep:
+                self._stop(other, step.why)
+
+    def _keep_id(self, keep: Role | None) -> str | None:
+        if keep != "target":
+            return None
+        target = self._resolve_target()
+        return target[0].id if target else None
+
+    def _start(self, step: StartServer) -> None:
+        profile = self._profile(step.role)
+        dep_id = self._record_id(step.role, profile)
+        spec = common.launch_spec_for(self.ctx, profile, dep_id, self._image(profile))
+        self.ctx.reporter.event(f"starting {dep_id} [{profile.name}] ({step.why})")
+        if step.role == "candidate":
+            self.store.update_deployment(dep_id, status="starting")
+        instance = self.runtime.start(spec)
+        self.store.update_deployment(dep_id, instance=instance)
+        self.state.instances[step.role] = instance
+
+    def _record_id(self, role: Role, profile: Profile) -> str:
+        st = self.state
+        if role == "candidate":
+            return st.txn_id
+        if role == "baseline":
+            known = self.store.known_good(profile.content_hash)
+            if known is None:
+                known = self.store.new_deployment(
+                    kind="baseline", profile=profile, runtime=self.runtime.name
+                )
+            st.ids["baseline"] = known.id
+            return known.id
+        target = self._resolve_target()
+        if target is None:
+            raise KctlError("internal: the plan restores a deployment, but there is none")
+        return target[0].id
+
+    def _wait_healthy(self, step: WaitHealthy) -> None:
+        profile = self._profile(step.role)
+        instance = self.state.instances[step.role]
+        try:
+            report = common.wait_healthy(self.ctx, self.runtime, instance, profile)
+        except HealthFailed as exc:
+            exc.instance = instance
+            raise
+        self.state.health[step.role] = report
+        self.ctx.reporter.event(f"{instance.deployment_id} is healthy")
+
+    def _record_baseline(self, step: RecordBaseline) -> None:
+        base = self._profile("baseline")
+        known_id = self.state.ids["baseline"]
+        self.store.update_deployment(
+            known_id,
+            status="promoted",
+            verdict="BASELINE",
+            reason="known-good baseline, health verified",
+            exit_code=0,
+        )
+        self.store.set_known_good(base.content_hash, known_id)
+        self.store.set_serving(known_id)
+        self.state.serving = (self.store.get_deployment(known_id), self.state.instances["baseline"])
+
+    def _measure(self, step: Measure) -> None:
+        from kctl.gate import measure, plan_workload
+
+        cand = self._profile("candidate")
+        measured = self._profile(step.role)
+        fp = common.fingerprint(self.ctx, cand, measured)
+        if step.source == "stored":
+            self.state.baseline_measurement = self._stored(measured, fp, cand)
+            return
+        if step.role == "candidate":
+            owner = self.state.txn_id
+        else:
+            assert self.state.serving is not None, "the plan measures a baseline that serves"
+            owner = self.state.serving[0].id
+            if "baseline" not in self.state.instances:
+                self.ctx.reporter.event(
+                    f"measuring the running baseline {owner} before stopping it"
+                )
+        meas = measure(
+            common.endpoint_of(measured),
+            plan_workload(cand.gate),
+            fingerprint=fp,
+            progress=self._gate_progress,
+            clock=self.ctx.gate_clock(cand),
+        )
+        self.store.save_measurement(
+            deployment_id=owner, profile_hash=measured.content_hash, fingerprint=fp,
+            data=meas.to_dict(),
+        )  # fmt: skip
+        if step.role == "baseline":
+            self.store.update_deployment(self.state.txn_id, baseline_id=owner)
+            self.state.baseline_measurement = meas
+        else:
+            self.state.measurement = meas
+
+    def _stored(self, baseline: Profile, fp: str, cand: Profile) -> Any:
+        from kctl.gate import Measurement
+
+        stored = self.store.latest_measurement(
+            baseline.content_hash,
+            fp,
+            max_age_s=cand.gate.policy.baseline_max_age_s,
+            now=self.ctx.clock(),
+        )
+        if stored is None:
+            raise GateError(f"the stored measurement of {baseline.name} is gone or too old")
+        data, created_ts = stored
+        age_min = (self.ctx.clock() - created_ts) / 60
+        self.ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
+        return Measurement.from_dict(data)
+
+    def _gate_progress(self, p: Any) -> None:
+        self.ctx.reporter.progress(f"gate: {p}")
+
+    def _gate(self, step: Gate) -> None:
+        from kctl.gate import plan_workload, render_table, run_gate
+
+        cand = self._profile("candidate")
+        self.store.update_deployment(self.state.txn_id, status="gating")
+        result = run_gate(
+            common.endpoint_of(cand),
+            plan_workload(cand.gate),
+            self.state.baseline_measurement,
+            cand.gate.policy,
+            progress=self._gate_progress,
+            clock=self.ctx.gate_clock(cand),
+        )
+        report = self.state.health.get("candidate")
+        if report is not None:
+            # the candidate's health phases belong in the verdict's timings line, on the
+            # same (real-time) scale as the gate's own timings
+            scale = self.ctx.backend.time_scale(cand)
+            health = tuple((k, v * scale) for k, v in report.timings())
+            result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
+        st = self.state
+        st.gate = result.to_dict()
+        self.store.save_gate_result(st.txn_id, st.gate)
+        note = self.ctx.backend.note(cand)
+        table = render_table(result.verdict)
+        st.table = f"{note}\n{table}" if note else table
+        st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
+        promote = st.verdict == "PASS" or (
+            st.verdict == "INCONCLUSIVE" and cand.gate.policy.on_inconclusive == "promote"
+        )
+        if not promote:
+            raise GateRejected(st.verdict, st.reason, st.gate, st.table)
+        if st.verdict == "INCONCLUSIVE":
+            st.warnings.append(
+                "verdict INCONCLUSIVE; promoted because policy.on_inconclusive=promote"
+            )
+
+    def _promote(self, step: Promote) -> None:
+        st = self.state
+        cand = self._profile("candidate")
+        timings = self.timer.total()
+        if step.establish:
+            st.verdict = "BASELINE"
+            st.reason = "known-good baseline serving, health verified and measured"
+        with self.store.transaction():  # promote is one atomic change of the store
+            if step.establish:
+                self.store.set_known_good(cand.content_hash, st.txn_id)
+            self.store.set_serving(st.txn_id)
+            self.store.update_deployment(
+                st.txn_id,
+                status="promoted",
+                verdict=st.verdict,
+                reason=st.reason,
+                exit_code=0,
+                timings=timings,
+            )
+            self.txn.end("promoted")
+        if not step.establish:
+            self.ctx.reporter.event(f"promoted {st.txn_id}")
+
+    def _resolve_target(self) -> tuple[Deployment, Profile] | None:
+        """What a failed deploy goes back to: the verified known-good deployment of the
+        candidate's baseline; for a baseline deploy (or when that baseline was never
+        verified) whatever served before this deploy; else nothing. A rollback's is fixed."""
+        st = self.state
+        if st.target is not None:
+            return st.target
+        if st.baseline is not None:
+            known = self.store.known_good(st.baseline.content_hash)
+            if known is not None:
+                return known, common.profile_of(known)
+        if st.original is not None:
+            return st.original[0], common.profile_of(st.original[0])
+        return None
+
+    def _restore(self, step: Restore) -> None:
+        target = self._resolve_target()
+        if target is None:
+            self.store.set_serving(None)
+            return
+        dep, profile = target
+        self.state.target = target
+        live = serving_now(self.store, self.runtime)
+        if live is not None and live[0].id == dep.id:
+            common.wait_healthy(self.ctx, self.runtime, live[1], profile)
+        else:
+            self.store.set_serving(None)
+            self._start(StartServer(role="target", profile=profile.name, why=self.txn_kind))
+            self._wait_healthy(WaitHealthy(role="target", profile=profile.name, deadline_s=0))
+        self.store.set_serving(dep.id)
+
+    @property
+    def txn_kind(self) -> str:
+        return "revert" if self.state.candidate is not None else "rollback"
+
+    def _clear_serving(self, step: ClearServing) -> None:
+        self.store.set_serving(None)

@@ -1,0 +1,218 @@
+"""kctl killed outright (SIGKILL: no handler runs) at every step of deploy, rollback and
+bench, then ``status`` and ``rollback``.
+
+A step is entered when kctl announces it on stderr; the kill follows the announcement
+within milliseconds, while the step (a load, a measurement, a gate of about a second) is
+still running. Afterwards ``status`` must name the interrupted deployment and the next
+command (exit 4), and ``rollback`` must bring the known-good baseline back, verified,
+without losing or rewriting a record.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.faults.harness import BASE_NAME, CAND_NAME, Case, Run
+
+pytestmark = pytest.mark.slow
+
+# (step id, stderr line announcing it and its nth match, journal step and its nth entry
+# that must be on disk before the kill, or None where the step journals nothing itself)
+# ("start", n, "done"): the start has returned and the new process is recorded
+Journal = tuple[str, int] | tuple[str, int, str]
+Step = tuple[str, str, int, "Journal | None"]
+FIRST_DEPLOY: list[Step] = [
+    ("recorded", r"kctl: deployment d-", 1, None),
+    ("baseline-start", r"starting .*\(baseline for the gate\)", 1, ("start", 1)),
+    ("baseline-measure", r"kctl: gate: ", 1, None),
+    ("baseline-stop", r"stopping .*\(replaced by the candidate\)", 1, ("stop", 1)),
+    ("candidate-start", r"starting .*\(candidate\)", 1, ("start", 2)),
+    ("gate", r" is healthy", 2, ("gate", 1)),
+]
+REJECTED_DEPLOY: list[Step] = [
+    ("measurement-reused", r"baseline measurement reused", 1, None),
+    ("baseline-stop", r"stopping .*\(replaced by the candidate\)", 1, ("stop", 1)),
+    ("candidate-start", r"starting .*\(candidate\)", 1, ("start", 1)),
+    ("gate", r" is healthy", 1, ("gate", 1)),
+    ("revert", r"; reverting", 1, None),
+    ("revert-stop", r"stopping .*\(revert\)", 1, ("stop", 2)),
+    ("revert-start", r"starting .*\(revert\)", 1, ("start", 2, "done")),
+]
+ROLLBACK: list[Step] = [
+    ("stop", r"stopping .*\(rollback\)", 1, ("stop", 1)),
+    ("start", r"starting .*\(rollback\)", 1, ("start", 1, "done")),
+]
+
+
+def step_ids(steps: list[Step]) -> list[str]:
+    return [s[0] for s in steps]
+
+
+def act_at(
+    case: Case,
+    args: tuple[str, ...],
+    pattern: str,
+    nth: int,
+    journal: Journal | None,
+    signals: tuple[int, ...] = (signal.SIGKILL,),
+    then: Journal | None = None,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """Run kctl, send ``signals`` once it is at the step (each later one once the journal
+    shows ``then``), and return how it ended."""
+    old = {row[0] for row in case.journal()}
+    proc = case.spawn(*args, env=env)
+    try:
+        proc.wait_line(pattern, nth=nth)
+        if journal is not None:
+            case.wait_journal(journal[0], journal[1], old, done=len(journal) > 2)
+        for i, sig in enumerate(signals):
+            if i and then is not None:
+                case.wait_journal(then[0], then[1], old, done=len(then) > 2)
+            proc.signal(sig)
+    except BaseException:
+        proc.signal(signal.SIGKILL)
+        proc.finish()
+        raise
+    return proc.finish()
+
+
+def _kill_at(
+    case: Case, args: tuple[str, ...], pattern: str, nth: int, journal: Journal | None
+) -> None:
+    run = act_at(case, args, pattern, nth, journal)
+    assert run.code == -signal.SIGKILL, str(run)
+
+
+def _interrupted_id(case: Case) -> str:
+    """`status` reports the killed transaction and the way out; returns its id."""
+    code, st = case.status()
+    assert code == 4, st
+    assert st["needs_attention"] is True
+    assert len(st["interrupted"]) == 1, st
+    assert any("was interrupted" in p and "kctl rollback" in p for p in st["problems"]), st
+    assert st["in_progress"] is None, st  # the lock's holder is dead: nobody is at work
+    return str(st["interrupted"][0]["id"])
+
+
+@pytest.mark.parametrize(
+    ("step", "pattern", "nth", "journal"), FIRST_DEPLOY, ids=step_ids(FIRST_DEPLOY)
+)
+def test_kill_first_deploy(
+    slow_case: Case, step: str, pattern: str, nth: int, journal: Journal | None
+) -> None:
+    case = slow_case
+    _kill_at(case, ("deploy", case.cand), pattern, nth, journal)
+    if step == "recorded":
+        # killed between writing its record and its first journal step: the host is as it
+        # was; status shows the dead holder's lock as stale (its record stays "planned":
+        # see test_known_defects.py)
+        code, st = case.status()
+        assert code == 0 and st["serving"] is None and st["lock"]["stale"] is True, st
+        assert case.serving() is None
+        killed = case.history()[0]["id"]
+    else:
+        killed = _interrupted_id(case)
+    before = case.history()
+    assert any(r["id"] == killed and r["ended_at"] is None for r in before), before
+    r = case.run("rollback")
+    if step in ("recorded", "baseline-start"):
+        # no known-good baseline was verified yet: nothing to roll back to
+        assert r.code == 5, str(r)
+        assert "no known-good baseline" in r.err, str(r)
+        # deploying again takes the dead kctl's lock over and completes
+        r = case.run("deploy", case.cand)
+        assert r.code == 0, str(r)
+        assert "took over a stale deploy lock" in r.err, str(r)
+        case.assert_serves(CAND_NAME)
+    else:
+        assert r.code == 0, str(r)
+        case.assert_serves(BASE_NAME)
+    if step != "recorded":
+        assert f"deployment {killed} was interrupted" in r.err, str(r)
+    after = case.check_store(before)
+    if step != "recorded":
+        assert next(row for row in after if row["id"] == killed)["status"] == "interrupted"
+    assert len(case.servers()) == 1
+
+
+@pytest.mark.parametrize(
+    ("step", "pattern", "nth", "journal"), REJECTED_DEPLOY, ids=step_ids(REJECTED_DEPLOY)
+)
+def test_kill_rejected_deploy(
+    slow_case: Case, step: str, pattern: str, nth: int, journal: Journal | None
+) -> None:
+    case = slow_case
+    case.establish()
+    before = case.history()
+    slow = case.candidate("slow.yaml", KCTL_SIM_SLOWDOWN="4")
+    _kill_at(case, ("deploy", slow), pattern, nth, journal)
+    if step == "measurement-reused":
+        # nothing journalled yet, nothing changed: the baseline serves on; only the lock
+        # is left, stale, and the next command takes it over
+        code, st = case.status()
+        assert code == 0 and st["lock"]["stale"] is True, st
+        case.assert_serves(BASE_NAME)
+        r = case.run("rollback")
+        assert r.code == 0 and "took over a stale deploy lock" in r.err, str(r)
+        assert "ALREADY-SERVING" in r.out, str(r)
+        case.assert_serves(BASE_NAME)
+        case.check_store(before)
+        return
+    killed = _interrupted_id(case)
+    r = case.run("rollback")
+    assert r.code == 0, str(r)
+    assert f"deployment {killed} was interrupted" in r.err, str(r)
+    case.assert_serves(BASE_NAME)
+    after = case.check_store(before)
+    assert next(row for row in after if row["id"] == killed)["status"] == "interrupted"
+    assert len(case.servers()) == 1
+
+
+def test_kill_after_promote(slow_case: Case) -> None:
+    """Killed as it announces the promotion: the promotion is whole, nothing is open."""
+    case = slow_case
+    _kill_at(case, ("deploy", case.cand), r"kctl: promoted d-", 1, None)
+    code, st = case.status()
+    assert code == 0 and not st["interrupted"], st
+    before = case.history()
+    case.assert_serves(CAND_NAME)
+    r = case.run("rollback")
+    assert r.code == 0, str(r)
+    case.assert_serves(BASE_NAME)
+    case.check_store(before)
+
+
+@pytest.mark.parametrize(("step", "pattern", "nth", "journal"), ROLLBACK, ids=step_ids(ROLLBACK))
+def test_kill_rollback(
+    slow_case: Case, step: str, pattern: str, nth: int, journal: Journal | None
+) -> None:
+    case = slow_case
+    case.promote()
+    before = case.history()
+    _kill_at(case, ("rollback",), pattern, nth, journal)
+    killed = _interrupted_id(case)
+    r = case.run("rollback")
+    assert r.code == 0, str(r)
+    assert f"deployment {killed} was interrupted" in r.err, str(r)
+    case.assert_serves(BASE_NAME)
+    case.check_store(before)
+    assert len(case.servers()) == 1
+
+
+def test_kill_bench(slow_case: Case) -> None:
+    """bench changes nothing on the host: killed mid-measure, nothing is left open."""
+    case = slow_case
+    case.promote()
+    before = case.history()
+    _kill_at(case, ("bench",), r"kctl: bench: ", 1, None)
+    code, st = case.status()
+    assert code == 0 and not st["interrupted"] and st["lock"] is None, st
+    case.assert_serves(CAND_NAME)
+    case.check_store(before)
+    r = case.run("rollback")
+    assert r.code == 0, str(r)
+    case.assert_serves(BASE_NAME)
+    case.check_store(before)
