@@ -16,7 +16,7 @@ from kctl.profile.release import DEFAULT_VERSION, profile_release
 from kctl.profile.rules import MANAGED_FLAGS, Found
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import Release, kernel_choices, release
+from kctl.sglang.releases import KDTREE_BACKEND, Release, kernel_choices, release
 
 #: the server command of a test image: its ``sglang`` shim package answers it (the shim
 #: has no ``sglang`` console script, so the release's ``sglang serve`` is not there)
@@ -52,6 +52,10 @@ def _rendered(server: ServerSpec, rel: Release) -> list[_Token]:
     add(("port",), "--port", str(server.port))
     add(("tp",), "--tp-size", str(server.tp))
     add(("attention_backend",), "--attention-backend", server.attention_backend)
+    if server.attention_backend == KDTREE_BACKEND:
+        # SGLang's draft-model backend factories have no kdtree entry: the draft runs on
+        # Triton, as in the triton baseline (docs/sglang-integration.md)
+        add(("attention_backend",), "--speculative-draft-attention-backend", "triton")
     if not server.cuda_graphs:
         add(("cuda_graphs",), *rel.disable_cuda_graph_argv())
     elif server.cuda_graph_max_bs is not None:
@@ -91,6 +95,24 @@ def server_args(server: ServerSpec, rel: Release | None = None) -> tuple[str, ..
     return tuple(token for token, _ in _rendered(server, rel))
 
 
+def _kernel_path_problems(profile: Profile, rel: Release) -> list[Found]:
+    """The kdtree kernel's startup hook serves releases without plugin entry points only:
+    from 0.5.11 it declines, and the kernel is selected as ``attention_backend: kdtree``."""
+    server = profile.server
+    hook = server.verify_kernel == "kdtree" and server.attention_backend == "triton"
+    if not (hook and kernel_choices(rel)):
+        return []
+    return [
+        (
+            ("server", "attention_backend"),
+            f"SGLang {rel.version} loads the kdtree kernel as a plugin attention backend "
+            "(its startup hook declines from 0.5.11 on); fix: set "
+            "server.attention_backend: kdtree and remove server.env.KDTREE_VERIFY",
+            server.attention_backend,
+        )
+    ]
+
+
 def _field_value(profile: Profile, path: tuple[str | int, ...]) -> object:
     node: object = profile
     for part in path:
@@ -119,12 +141,15 @@ def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
     tokens = _rendered(profile.server, rel)
     argv = [t for t, _ in tokens]
     own = len(argv) - len(profile.server.extra_args)
+    flags = dict(MANAGED_FLAGS)
+    if profile.server.attention_backend == KDTREE_BACKEND:
+        flags["--speculative-draft-attention-backend"] = "server.attention_backend (kdtree)"
     managed = {
         dest: f"set {field} instead"
-        for flag, field in MANAGED_FLAGS.items()
+        for flag, field in flags.items()
         if (dest := rel.dest_of(flag)) is not None
     }
-    found: list[Found] = []
+    found = _kernel_path_problems(profile, rel)
     for p in check_argv(rel, argv, managed, own=own, extra_choices=kernel_choices(rel)):
         if p.severity != "error":
             continue

@@ -62,6 +62,15 @@ def _kernel_problems(s: ServerSpec) -> list[Found]:
                 )
             )
         return found
+    if s.attention_backend == KDTREE_BACKEND and env.get("KDTREE_VERIFY") == "1":
+        found.append(
+            (
+                ("env", "KDTREE_VERIFY"),
+                "switches on the kernel's startup hook, which attention_backend 'kdtree' (the "
+                "plugin path) does not use and which declines there; remove the variable",
+                "1",
+            )
+        )
     if s.attention_backend not in ("triton", KDTREE_BACKEND):
         found.append(
             (

@@ -23,9 +23,15 @@ from kctl.launch import (
     server_args,
 )
 from kctl.profile import load_profile
-from kctl.profile.model import ImageSpec, ServerSpec, SpeculativeSpec
+from kctl.profile.model import ImageSpec, Profile, ServerSpec, SpeculativeSpec
 from kctl.profile.release import image_release, tag_version
-from kctl.sglang.releases import UnknownRelease, known_versions, newest, release
+from kctl.sglang.releases import (
+    UnknownRelease,
+    kernel_choices,
+    known_versions,
+    newest,
+    release,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml"))
@@ -130,23 +136,46 @@ def test_the_release_launcher_and_the_shim_entry() -> None:
     }
 
 
+def _for(profile: Profile, version: str) -> Profile:
+    """``profile`` as it is written for ``version``: the kdtree kernel through its plugin
+    backend where the release has plugin entry points (0.5.11 on)."""
+    server = profile.server
+    if server.verify_kernel == "kdtree" and kernel_choices(release(version)):
+        env = tuple((k, v) for k, v in server.env if k != "KDTREE_VERIFY")
+        server = dataclasses.replace(server, attention_backend="kdtree", env=env)
+    return dataclasses.replace(profile, server=server)
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_profiles_for_the_newest_release_parse_with_its_parser(path: Path) -> None:
-    profile = load_profile(path)
     rel = newest()
+    profile = _for(load_profile(path), rel.version)
     args = list(server_args(profile.server, rel))
     assert argv_problems(profile, rel) == []
-    parsed = rel.parser().parse_args(args)
+    parsed = rel.parser(kernel_choices(rel)).parse_args(args)
     assert parsed.model_path == profile.server.model_path
     assert parsed.attention_backend == profile.server.attention_backend
+    if profile.server.attention_backend == "kdtree":
+        assert parsed.speculative_draft_attention_backend == "triton"
     # the newest release has no --cuda-graph-max-bs / --disable-cuda-graph any more
     assert "--cuda-graph-max-bs" not in args and "--disable-cuda-graph" not in args
 
 
-@pytest.mark.parametrize("version", ["0.5.9", "0.5.10.post1", "0.5.13", "0.5.14", "0.5.20"])
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10.post1", "0.5.11", "0.5.14", "0.5.20"])
 def test_shipped_profiles_pass_on_every_kind_of_release(version: str) -> None:
     for path in SHIPPED:
-        assert argv_problems(load_profile(path), release(version)) == [], path
+        assert argv_problems(_for(load_profile(path), version), release(version)) == [], path
+
+
+def test_the_startup_hook_is_refused_where_the_plugin_path_exists() -> None:
+    profile = load_profile(REPO / "profiles" / "kdtree-graphs.yaml")
+    (found,) = argv_problems(profile, release("0.5.11"))
+    assert found[0] == ("server", "attention_backend")
+    assert (
+        "fix: set server.attention_backend: kdtree and remove server.env.KDTREE_VERIFY"
+        in (found[1])
+    )
+    assert argv_problems(profile, release("0.5.10.post1")) == []
 
 
 # -- what the release's parser refuses -----------------------------------------------------
@@ -226,7 +255,10 @@ KDTREE = (
 
 def test_the_kdtree_backend_needs_the_plugin_path(write: Write) -> None:
     profile = load_profile(write("new.yaml", KDTREE.format(version="0.5.11")))
-    assert "--attention-backend" in server_args(profile.server, release("0.5.11"))
+    args = server_args(profile.server, release("0.5.11"))
+    assert args[8:12] == (
+        "--attention-backend", "kdtree", "--speculative-draft-attention-backend", "triton",
+    )  # fmt: skip
     assert release_info(profile)["kernel"] == "plugin backend"
     with pytest.raises(ProfileError) as exc:
         load_profile(write("old.yaml", KDTREE.format(version="0.5.10")))

@@ -150,7 +150,9 @@ def test_only_exactly_1_turns_the_kernel_on() -> None:
 def test_kernel_active_on_triton() -> None:
     c = _choose(["--attention-backend", "triton", *SPEC], {"KDTREE_VERIFY": "1"})
     assert c.path == "kdtree"
-    assert c.line == "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10"
+    assert c.line == (
+        "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10 path=startup-hook"
+    )
 
 
 @pytest.mark.parametrize(
@@ -290,3 +292,19 @@ def test_spec_fields_are_the_release_own(version: str, names: set[str]) -> None:
     assert fields["spec_accept_length"] == pytest.approx(20 / 7)
     low = plan.spec_fields(release(version).spec_metrics, p, acceptance_factor=0.9)
     assert low["spec_verify_ct"] == 8
+
+
+def test_kernel_path_by_release() -> None:
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+    env = {"KCTL_SIM_SGLANG_VERSION": "0.5.23"}
+    plugin = kernel.choose(
+        _parse(["--attention-backend", "kdtree", *spec], "0.5.23"), settings.from_env(env)
+    )
+    assert plugin.path == "kdtree"
+    assert plugin.line is not None and plugin.line.endswith("sglang=0.5.23 path=plugin")
+    hook = kernel.choose(
+        _parse(["--attention-backend", "triton", *spec], "0.5.23"),
+        settings.from_env({**env, "KDTREE_VERIFY": "1"}),
+    )
+    assert hook.path == "triton"
+    assert hook.declined_reason is not None and "--attention-backend kdtree" in hook.declined_reason
