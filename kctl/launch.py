@@ -196,9 +196,13 @@ def release_info(profile: Profile) -> dict[str, object]:
 
 
 def release_line(profile: Profile) -> str:
-    """:func:`release_info` as one line: ``SGLang 0.5.10 (from image.base's tag;
+    """:func:`release_info` as one line (:func:`describe_release`)."""
+    return describe_release(release_info(profile))
+
+
+def describe_release(info: dict[str, object]) -> str:
+    """A :func:`release_info` dict as one line: ``SGLang 0.5.10 (from image.base's tag;
     launcher: sglang serve)``, then the attention backend and the kernel's path."""
-    info = release_info(profile)
     line = f"SGLang {info['version']} (from {info['source']}; launcher: {info['launcher']})"
     line += f"; attention backend {info['attention_backend']}"
     if info["kernel"]:
