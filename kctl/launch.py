@@ -1,18 +1,28 @@
-"""The server launch as data: SGLang's ``launch_server`` flags and the :class:`LaunchSpec`
-a runtime acts on. Pure functions; tests compare their results by equality.
+"""The server launch as data: SGLang's server flags and the :class:`LaunchSpec` a runtime
+acts on. Pure functions; tests compare their results by equality.
 
-Flag spellings follow SGLang 0.5.10 ``sglang/srt/server_args.py``.
+Flag spellings and the launcher follow the profile's SGLang release
+(:func:`kctl.profile.release.profile_release`, from the release table), and the same
+release's parser checks the whole argv (:func:`argv_problems`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from kctl.errors import ProfileError
 from kctl.profile.model import Profile, ServerSpec
+from kctl.profile.release import DEFAULT_VERSION, profile_release
+from kctl.profile.rules import MANAGED_FLAGS, Found
 from kctl.runtime.base import LaunchSpec
+from kctl.sglang.argv import check_argv
+from kctl.sglang.releases import KDTREE_BACKEND, Release, kernel_choices, release
 
-#: the production server command; the simulator image's ``sglang`` shim answers it too
+#: the server command of a test image: its ``sglang`` shim package answers it (the shim
+#: has no ``sglang`` console script, so the release's ``sglang serve`` is not there)
 SGLANG_ENTRY = ("python3", "-m", "sglang.launch_server")
+#: the env var that tells the simulator which release it imitates
+SIM_RELEASE_ENV = "KCTL_SIM_SGLANG_VERSION"
 #: the simulator as run by ``--simulate`` (with the running interpreter)
 SIM_MODULE = "kctl.sim"
 #: addresses a server binds to that a client cannot connect to as such
@@ -24,40 +34,180 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def server_args(server: ServerSpec) -> tuple[str, ...]:
-    """The ``sglang.launch_server`` arguments for ``server``, in a fixed order, with
-    ``extra_args`` last so they may add anything kctl does not model."""
-    args: list[str] = ["--model-path", server.model_path]
+#: one rendered token and the profile field it comes from
+_Token = tuple[str, tuple[str | int, ...]]
+
+
+def _rendered(server: ServerSpec, rel: Release) -> list[_Token]:
+    """The launch arguments with the field path of each token (for problem lines)."""
+    out: list[_Token] = []
+
+    def add(path: tuple[str | int, ...], *tokens: str) -> None:
+        out.extend((t, ("server", *path)) for t in tokens)
+
+    add(("model_path",), "--model-path", server.model_path)
     if server.served_model_name:
-        args += ["--served-model-name", server.served_model_name]
-    args += [
-        "--host", server.host,
-        "--port", str(server.port),
-        "--tp-size", str(server.tp),
-        "--attention-backend", server.attention_backend,
-    ]  # fmt: skip
+        add(("served_model_name",), "--served-model-name", server.served_model_name)
+    add(("host",), "--host", server.host)
+    add(("port",), "--port", str(server.port))
+    add(("tp",), "--tp-size", str(server.tp))
+    add(("attention_backend",), "--attention-backend", server.attention_backend)
+    if server.attention_backend == KDTREE_BACKEND:
+        # SGLang's draft-model backend factories have no kdtree entry: the draft runs on
+        # Triton, as in the triton baseline (docs/sglang-integration.md)
+        add(("attention_backend",), "--speculative-draft-attention-backend", "triton")
     if not server.cuda_graphs:
-        args.append("--disable-cuda-graph")
+        add(("cuda_graphs",), *rel.disable_cuda_graph_argv())
     elif server.cuda_graph_max_bs is not None:
         # only meaningful with graphs; an eager profile may inherit it from a shared base
-        args += ["--cuda-graph-max-bs", str(server.cuda_graph_max_bs)]
+        add(("cuda_graph_max_bs",), *rel.cuda_graph_max_bs_argv(server.cuda_graph_max_bs))
     if server.mem_fraction_static is not None:
-        args += ["--mem-fraction-static", _num(server.mem_fraction_static)]
+        add(("mem_fraction_static",), "--mem-fraction-static", _num(server.mem_fraction_static))
     if server.trust_remote_code:
-        args.append("--trust-remote-code")
-    args += ["--kv-cache-dtype", server.kv_cache_dtype]
+        add(("trust_remote_code",), "--trust-remote-code")
+    add(("kv_cache_dtype",), "--kv-cache-dtype", server.kv_cache_dtype)
     spec = server.speculative
     if spec is not None:
-        args += ["--speculative-algorithm", spec.algorithm]
+        add(("speculative", "algorithm"), "--speculative-algorithm", spec.algorithm)
         if spec.draft_model_path is not None:
-            args += ["--speculative-draft-model-path", spec.draft_model_path]
-        args += [
-            "--speculative-num-steps", str(spec.num_steps),
-            "--speculative-eagle-topk", str(spec.eagle_topk),
-            "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
-        ]  # fmt: skip
-    args += server.extra_args
-    return tuple(args)
+            add(
+                ("speculative", "draft_model_path"),
+                "--speculative-draft-model-path",
+                spec.draft_model_path,
+            )
+        add(("speculative", "num_steps"), "--speculative-num-steps", str(spec.num_steps))
+        add(("speculative", "eagle_topk"), "--speculative-eagle-topk", str(spec.eagle_topk))
+        add(
+            ("speculative", "num_draft_tokens"),
+            "--speculative-num-draft-tokens",
+            str(spec.num_draft_tokens),
+        )
+    for i, arg in enumerate(server.extra_args):
+        add(("extra_args", i), arg)
+    return out
+
+
+def server_args(server: ServerSpec, rel: Release | None = None) -> tuple[str, ...]:
+    """The SGLang server arguments for ``server`` as release ``rel`` spells them (default:
+    :data:`~kctl.profile.release.DEFAULT_VERSION`), in a fixed order, with ``extra_args``
+    last so they may add anything kctl does not model."""
+    rel = rel or release(DEFAULT_VERSION)
+    return tuple(token for token, _ in _rendered(server, rel))
+
+
+def _kernel_path_problems(profile: Profile, rel: Release) -> list[Found]:
+    """The kdtree kernel's startup hook serves releases without plugin entry points only:
+    from 0.5.11 it declines, and the kernel is selected as ``attention_backend: kdtree``."""
+    server = profile.server
+    hook = server.verify_kernel == "kdtree" and server.attention_backend == "triton"
+    if not (hook and kernel_choices(rel)):
+        return []
+    return [
+        (
+            ("server", "attention_backend"),
+            f"SGLang {rel.version} loads the kdtree kernel as a plugin attention backend "
+            "(its startup hook declines from 0.5.11 on); fix: set "
+            "server.attention_backend: kdtree and remove server.env.KDTREE_VERIFY",
+            server.attention_backend,
+        )
+    ]
+
+
+def _field_value(profile: Profile, path: tuple[str | int, ...]) -> object:
+    node: object = profile
+    for part in path:
+        node = node[part] if isinstance(part, int) else getattr(node, part)  # type: ignore[index]
+    return node
+
+
+def _located(
+    profile: Profile, tokens: list[_Token], own: int, index: int | None
+) -> tuple[tuple[str | int, ...], object]:
+    """The field a problem at argv ``index`` belongs to, and the value to show: the
+    field's own value for a token kctl rendered, the item itself for an extra arg."""
+    if index is None or index >= len(tokens):
+        return ("server", "extra_args"), list(profile.server.extra_args)
+    path = tokens[index][1]
+    return path, (_field_value(profile, path) if index < own else tokens[index][0])
+
+
+def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
+    """What the server parser of the profile's release (or ``rel``) refuses in the
+    profile's launch argv: unknown or removed flags, values outside the choices, and any
+    ``extra_args`` item that reaches a flag kctl manages (by alias, abbreviation or
+    ``--config``). Each as ``(field path, message with the fix, value)``; warnings
+    (a deprecated flag the release still accepts) are left out."""
+    rel = rel or profile_release(profile)
+    tokens = _rendered(profile.server, rel)
+    argv = [t for t, _ in tokens]
+    own = len(argv) - len(profile.server.extra_args)
+    flags = dict(MANAGED_FLAGS)
+    if profile.server.attention_backend == KDTREE_BACKEND:
+        flags["--speculative-draft-attention-backend"] = "server.attention_backend (kdtree)"
+    managed = {
+        dest: f"set {field} instead"
+        for flag, field in flags.items()
+        if (dest := rel.dest_of(flag)) is not None
+    }
+    found = _kernel_path_problems(profile, rel)
+    for p in check_argv(rel, argv, managed, own=own, extra_choices=kernel_choices(rel)):
+        if p.severity != "error":
+            continue
+        path, value = _located(profile, tokens, own, p.index)
+        message = p.message if p.message.startswith(p.flag) else f"{p.flag}: {p.message}"
+        if "SGLang" not in message:
+            message = f"SGLang {rel.version}: {message}"
+        found.append((path, f"{message}; fix: {p.fix}", value))
+    return found
+
+
+def check_launch(profile: Profile) -> None:
+    """Raise :class:`~kctl.errors.ProfileError` (exit 2) if the server parser of the
+    profile's release would refuse its launch argv (see :func:`argv_problems`). The
+    loader runs this on every profile file; call it again before relying on a stored
+    profile (the baseline a revert restarts)."""
+    from kctl.profile.validate import format_path
+
+    lines = [
+        f"{profile.source}: {format_path(path)}: {msg} (got {value!r})"
+        for path, msg, value in argv_problems(profile)
+    ]
+    if lines:
+        raise ProfileError(lines)
+
+
+def release_info(profile: Profile) -> dict[str, object]:
+    """What ``kctl plan`` shows of the SGLang release, as data: ``version``, ``source``
+    (``image.sglang`` or ``image.base``'s tag), ``launcher``, ``attention_backend`` and
+    ``kernel`` (how the kdtree kernel attaches: ``plugin backend``, ``startup hook``, or
+    None)."""
+    rel = profile_release(profile)
+    server = profile.server
+    kernel: str | None = None
+    if server.verify_kernel == "kdtree":
+        kernel = "plugin backend" if server.attention_backend == "kdtree" else "startup hook"
+    return {
+        "version": rel.version,
+        "source": "image.sglang" if profile.image.sglang else "image.base's tag",
+        "launcher": " ".join(launcher(profile, rel)),
+        "attention_backend": server.attention_backend,
+        "kernel": kernel,
+    }
+
+
+def release_line(profile: Profile) -> str:
+    """:func:`release_info` as one line (:func:`describe_release`)."""
+    return describe_release(release_info(profile))
+
+
+def describe_release(info: dict[str, object]) -> str:
+    """A :func:`release_info` dict as one line: ``SGLang 0.5.10 (from image.base's tag;
+    launcher: sglang serve)``, then the attention backend and the kernel's path."""
+    line = f"SGLang {info['version']} (from {info['source']}; launcher: {info['launcher']})"
+    line += f"; attention backend {info['attention_backend']}"
+    if info["kernel"]:
+        line += f" (kdtree kernel: {info['kernel']})"
+    return line
 
 
 def simulator_env(profile: Profile) -> tuple[tuple[str, str], ...]:
@@ -66,6 +216,13 @@ def simulator_env(profile: Profile) -> tuple[tuple[str, str], ...]:
         ("KCTL_SIM_SPEEDUP", _num(profile.simulator.speedup)),
         ("KCTL_SIM_LOAD_S", _num(profile.simulator.load_s)),
     )
+
+
+def launcher(profile: Profile, rel: Release) -> tuple[str, ...]:
+    """The server command before its arguments: the release's own launcher
+    (``sglang serve``), or :data:`SGLANG_ENTRY` in a test image whose ``sglang`` is the
+    simulator's shim."""
+    return SGLANG_ENTRY if profile.image.install_simulator else tuple(rel.launcher.argv)
 
 
 def connect_host(host: str) -> str:
@@ -83,16 +240,19 @@ def launch_spec(
 ) -> LaunchSpec:
     """What a runtime needs to start ``profile`` as ``deployment_id``.
 
-    Real: ``python3 -m sglang.launch_server <args>``. Simulate: ``<python> -m kctl.sim
-    <the same args>``. The simulator env (``KCTL_SIM_SPEEDUP``/``KCTL_SIM_LOAD_S``) is
+    Real: the release's launcher (``sglang serve <args>``). Simulate: ``<python> -m kctl.sim
+    <the same args>``. The simulator env (``KCTL_SIM_SPEEDUP``/``KCTL_SIM_LOAD_S``, and
+    ``KCTL_SIM_SGLANG_VERSION``: the release it imitates) is
     added whenever the simulator stands in for SGLang: under ``simulate`` and for test
     images built with ``image.install_simulator``. ``image`` is the serving image tag
     (docker runtime), computed by the image module."""
-    args = server_args(profile.server)
-    argv = (python, "-m", SIM_MODULE, *args) if simulate else (*SGLANG_ENTRY, *args)
+    rel = profile_release(profile)
+    args = server_args(profile.server, rel)
+    argv = (python, "-m", SIM_MODULE, *args) if simulate else (*launcher(profile, rel), *args)
     env = profile.server.env
     if simulate or profile.image.install_simulator:
-        env = tuple(sorted((dict(env) | dict(simulator_env(profile))).items()))
+        sim_env = dict(simulator_env(profile)) | {SIM_RELEASE_ENV: rel.version}
+        env = tuple(sorted((dict(env) | sim_env).items()))
     labels = (
         ("kctl.deployment", deployment_id),
         ("kctl.profile", profile.name),

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kctl.errors import GateError, ServerBadStatus, ServerError, ServerUnreachable
+from kctl.gate.trace import ChunkTrace
 from kctl.sglang.client import SGLangClient, error_text, short
 
 Clock = Callable[[], float]
@@ -49,6 +50,8 @@ class StreamResult:
     completion_tokens: int
     chunks: int
     error: str | None = None
+    #: the chunks' times and the last meta_info: ITL and the speculative fields
+    trace: ChunkTrace = field(default_factory=ChunkTrace)
 
 
 class _Timing:
@@ -60,6 +63,7 @@ class _Timing:
         self.first: tuple[float, int] | None = None
         self.last: tuple[float, int] | None = None
         self.chunks = 0
+        self.trace = ChunkTrace()
 
     def event(self, data: bytes) -> str | None:
         """Record one event; a reason to stop the stream as failed, or None."""
@@ -74,6 +78,7 @@ class _Timing:
             return f"server error: {error_text(obj)}"
         meta = obj.get("meta_info") or {}
         ct = int(meta.get("completion_tokens") or 0)
+        self.trace.add(now, meta)
         self.chunks += 1
         if ct > 0:
             if self.first is None:
@@ -95,7 +100,7 @@ class _Timing:
             error = f"stream ended after {ct} of {expected_tokens} tokens"
         if error is None and tps is None:
             error = f"decode speed undefined: {ct} tokens in {self.chunks} chunk(s)"
-        return StreamResult(ttft, tps, self.clock() - self.t0, ct, self.chunks, error)
+        return StreamResult(ttft, tps, self.clock() - self.t0, ct, self.chunks, error, self.trace)
 
 
 def _failure(exc: ServerError) -> str:

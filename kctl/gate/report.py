@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
 
+from kctl.gate.signals import Figures, MetricRow
 from kctl.gate.verdict import Row, Verdict
 from kctl.render import cell, table, to_text, verdict_cell
 
@@ -30,7 +32,11 @@ def gate_rows(verdict: Verdict) -> list[dict[str, Any]]:
     skipped bucket), ``ratio`` (candidate / baseline, or None), ``interval`` (``[lo, hi]``
     of the ratio, or None), ``threshold`` (the floor that binds the row, None when none
     binds), ``verdict`` (the row's result: PASS, FAIL, UNCLEAR, INFO or SKIPPED),
-    ``completed`` and ``planned`` (requests)."""
+    ``completed`` and ``planned`` (requests); and SGLang's figures, each as
+    ``{"baseline": x, "candidate": y}`` (None where not measured or not reported):
+    ``ttft_s`` (median), ``itl_p50_s``, ``itl_p99_s``, ``accept_length`` (mean
+    speculative acceptance length)."""
+    figures = {(m.context, m.concurrency): m for m in verdict.metrics}
     return [
         {
             "context": r.context,
@@ -43,9 +49,55 @@ def gate_rows(verdict: Verdict) -> list[dict[str, Any]]:
             "verdict": r.result,
             "completed": r.n_completed,
             "planned": r.n_planned,
+            **_figures(figures.get((r.context, r.concurrency))),
         }
         for r in verdict.rows
     ]
+
+
+def _figures(row: MetricRow | None) -> dict[str, dict[str, float | None]]:
+    base = row.baseline if row else Figures()
+    cand = row.candidate if row else Figures()
+    return {
+        name: {"baseline": getattr(base, name), "candidate": getattr(cand, name)}
+        for name in ("ttft_s", "itl_p50_s", "itl_p99_s", "accept_length")
+    }
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.1f}"
+
+
+def _pair(base: float | None, cand: float | None, fmt: Callable[[float | None], str]) -> str:
+    return f"{fmt(base)} / {fmt(cand)}"
+
+
+def metrics_table(verdict: Verdict) -> Table:
+    """SGLang's figures per bucket, ``baseline / candidate``: median TTFT and ITL
+    p50/p99 in milliseconds, mean acceptance length, and the policy checks' result."""
+    t = table(
+        ("context", "left"),
+        ("TTFT ms", "right"),
+        ("ITL p50 ms", "right"),
+        ("ITL p99 ms", "right"),
+        ("accept len", "right"),
+        ("checks", "left"),
+    )
+    for m in verdict.metrics:
+        mine = [
+            c for c in verdict.checks if (c.context, c.concurrency) == (m.context, m.concurrency)
+        ]
+        result = "-" if not mine else ("PASS" if all(c.passed for c in mine) else "FAIL")
+        b, c = m.baseline, m.candidate
+        t.add_row(
+            cell(m.label),
+            cell(_pair(b.ttft_s, c.ttft_s, _ms)),
+            cell(_pair(b.itl_p50_s, c.itl_p50_s, _ms)),
+            cell(_pair(b.itl_p99_s, c.itl_p99_s, _ms)),
+            cell(_pair(b.accept_length, c.accept_length, _num)),
+            verdict_cell(result),
+        )
+    return t
 
 
 def gate_table(verdict: Verdict) -> Table:
@@ -113,5 +165,10 @@ def summary_lines(verdict: Verdict) -> list[str]:
 
 
 def render_table(verdict: Verdict) -> str:
-    """The verdict as plain text: :func:`gate_table`, then :func:`summary_lines`."""
-    return "\n".join([to_text(gate_table(verdict)), "", *summary_lines(verdict)]) + "\n"
+    """The verdict as plain text: :func:`gate_table`, SGLang's figures
+    (:func:`metrics_table`, baseline / candidate) when either side reported any, then
+    :func:`summary_lines`."""
+    parts = [to_text(gate_table(verdict)), ""]
+    if any(m.baseline != Figures() or m.candidate != Figures() for m in verdict.metrics):
+        parts += ["SGLang figures (baseline / candidate):", to_text(metrics_table(verdict)), ""]
+    return "\n".join([*parts, *summary_lines(verdict)]) + "\n"

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kctl.errors import GateError
+from kctl.errors import GateError, ServerError
 from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_generate
 from kctl.gate.measurement import Measurement, ProbeOutput
 from kctl.gate.stats import Sample, summarize
 from kctl.gate.verdict import Verdict, check_correctness, judge
-from kctl.gate.workload import GenRequest, Workload
+from kctl.gate.workload import GenRequest, Workload, fit_vocab
 from kctl.profile.model import PolicySpec
 
 #: extra repeats are spent this many per unclear bucket per round, so a bucket that
@@ -95,6 +95,8 @@ def _sample(req: GenRequest, res: StreamResult, round_no: int) -> Sample:
         e2e_s=res.e2e_s,
         completion_tokens=res.completion_tokens,
         error=res.error,
+        itl_s=res.trace.itl_s(),
+        accept_length=res.trace.accept_length(),
     )
 
 
@@ -177,7 +179,9 @@ def measure(
     """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
     (recorded, not counted) then its measured requests, then the concurrency phase, then
     the correctness probes. Failed requests are recorded as failed samples. ``stop`` may
-    end it after any context (see :data:`StopFn`)."""
+    end it after any context (see :data:`StopFn`). Prompt ids stay below the vocabulary
+    size the server reports (:func:`~kctl.gate.workload.fit_vocab`)."""
+    workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
     samples: list[Sample] = []
     t_warm = t_meas = 0.0
@@ -225,6 +229,21 @@ def measure(
     )
 
 
+def server_vocab_size(endpoint: Endpoint, timeout_s: float) -> int | None:
+    """The ``vocab_size`` the server reports in ``/get_model_info`` (or ``/model_info``),
+    or None where it reports none (or does not answer: the gate's own requests then say
+    what is wrong)."""
+    client = endpoint.client()
+    for path in ("/get_model_info", "/model_info"):
+        try:
+            vocab = client.get_json(path, timeout_s).get("vocab_size")
+        except ServerError:
+            continue
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+            return vocab
+    return None
+
+
 def _next_index(m: Measurement, context: int, concurrency: int) -> int:
     indices = [
         s.index
@@ -264,6 +283,8 @@ def run_gate(
         return bool(left) and judge(baseline, partial, policy, None, left).verdict == "FAIL"
 
     stop = failed_so_far if policy.stop_at_first_fail else None
+    # fitted here too: the extra repeats below come from the same (fitted) plan
+    workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     candidate = measure(endpoint, workload, fingerprint=fingerprint, label=label,
                         progress=progress, clock=clock, stop=stop)  # fmt: skip
     skipped = unmeasured(candidate) if stop is not None else frozenset()

@@ -28,6 +28,10 @@ class Sample:
     e2e_s: float | None = None
     completion_tokens: int = 0
     error: str | None = None
+    #: seconds per token after the first (SGLang bench_serving's ITL)
+    itl_s: tuple[float, ...] = ()
+    #: SGLang's mean speculative acceptance length for the request; None without it
+    accept_length: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -42,12 +46,12 @@ class Sample:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:
-        return cls(**d)
+        return cls(**{**d, "itl_s": tuple(d.get("itl_s", ()))})
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Decode tok/s statistics of one bucket."""
+    """Decode tok/s statistics of one bucket, and SGLang's latency and acceptance figures."""
 
     context: int
     concurrency: int
@@ -62,6 +66,11 @@ class Summary:
     e2e_median_s: float | None = None
     #: decode tok/s of every completed sample, in the order measured
     values: tuple[float, ...] = ()
+    #: inter-token latency percentiles over every token of the completed samples
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
+    #: mean of the completed samples' acceptance lengths (speculative decoding)
+    accept_length: float | None = None
 
     @property
     def bucket(self) -> tuple[int, int]:
@@ -81,6 +90,17 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def percentile(xs: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile, ``q`` in [0, 1]; None for no values."""
+    if not xs:
+        return None
+    ys = sorted(xs)
+    pos = q * (len(ys) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
 def summarize_bucket(context: int, concurrency: int, samples: Iterable[Sample]) -> Summary:
     """Statistics of the measured samples of one bucket (warm-ups are ignored)."""
     mine = [
@@ -89,6 +109,8 @@ def summarize_bucket(context: int, concurrency: int, samples: Iterable[Sample]) 
         if s.phase != "warmup" and s.context == context and s.concurrency == concurrency
     ]
     values = [s.decode_tps for s in mine if s.ok and s.decode_tps is not None]
+    itl = [x for s in mine if s.ok for x in s.itl_s]
+    accept = [s.accept_length for s in mine if s.ok and s.accept_length is not None]
     failed = sum(1 for s in mine if not s.ok)
     cv = None
     if values:
@@ -106,6 +128,9 @@ def summarize_bucket(context: int, concurrency: int, samples: Iterable[Sample]) 
         ttft_median_s=_median([s.ttft_s for s in mine if s.ok and s.ttft_s is not None]),
         e2e_median_s=_median([s.e2e_s for s in mine if s.ok and s.e2e_s is not None]),
         values=tuple(values),
+        itl_p50_s=percentile(itl, 0.50),
+        itl_p99_s=percentile(itl, 0.99),
+        accept_length=statistics.fmean(accept) if accept else None,
     )
 
 

@@ -25,6 +25,11 @@ with fewer completed requests than ``min_completed_fraction`` → FAIL; a bindin
 objective clearly below its threshold → FAIL; anything UNCLEAR → INCONCLUSIVE (the runner
 first spends ``policy.max_extra_repeats`` on it); otherwise PASS.
 
+**SGLang's figures** (:mod:`kctl.gate.signals`): TTFT, ITL p50/p99 and the mean
+acceptance length per bucket, both sides. An acceptance length outside
+``policy.accept_length_tolerance`` → FAIL right after a correctness mismatch; a latency
+ratio beyond a ``policy.max_*_ratio`` the policy sets → FAIL.
+
 **Stopping early.** With ``policy.stop_at_first_fail`` the runner judges after each
 context and stops at the first FAIL; the buckets it did not measure are passed as
 ``skipped`` and come out as SKIPPED rows, which decide nothing (an objective over a
@@ -42,6 +47,7 @@ from typing import Any, Literal
 from kctl.errors import GateError
 from kctl.gate.correctness import CorrectnessResult, Mismatch, check_correctness
 from kctl.gate.measurement import Measurement
+from kctl.gate.signals import Check, MetricRow, check_metrics, failed_reason, metric_rows
 from kctl.gate.stats import Summary
 from kctl.profile.model import PolicySpec
 
@@ -134,6 +140,9 @@ class Verdict:
     #: (context, concurrency) buckets whose interval straddles their threshold
     unclear: tuple[tuple[int, int], ...] = ()
     timings: tuple[tuple[str, float], ...] = ()
+    #: SGLang's figures per bucket, both sides, and the policy's checks on them
+    metrics: tuple[MetricRow, ...] = ()
+    checks: tuple[Check, ...] = ()
     method: str = (
         f"ratio of medians; {INTERVAL_LEVEL:.0%} bootstrap interval, "
         f"{BOOTSTRAP_ROUNDS} resamples, seed {BOOTSTRAP_SEED}"
@@ -156,6 +165,8 @@ class Verdict:
             "correctness": None if self.correctness is None else self.correctness.to_dict(),
             "unclear": [list(b) for b in self.unclear],
             "timings": [[k, v] for k, v in self.timings],
+            "metrics": [m.to_dict() for m in self.metrics],
+            "checks": [c.to_dict() for c in self.checks],
             "method": self.method,
         }
 
@@ -175,6 +186,8 @@ class Verdict:
             correctness=None if corr is None else CorrectnessResult.from_dict(corr),
             unclear=tuple((int(c), int(k)) for c, k in d.get("unclear", ())),
             timings=tuple((str(k), float(v)) for k, v in d.get("timings", ())),
+            metrics=tuple(MetricRow.from_dict(m) for m in d.get("metrics", ())),
+            checks=tuple(Check.from_dict(c) for c in d.get("checks", ())),
             method=d.get("method", ""),
         )
 
@@ -326,7 +339,9 @@ def judge(
             for r in rows
             if r.concurrency == 1 and r.context in weighted and (r.context, 1) not in unclear
         )
-    verdict, reason = _overall(rows, objective, correctness, unclear)
+    metrics = metric_rows(baseline, candidate)
+    checks = check_metrics(metrics, policy)
+    verdict, reason = _decide(rows, objective, correctness, unclear, checks)
     not_measured = [r.label for r in rows if r.result == "SKIPPED"]
     if not_measured:
         lead = "stopped there; " if verdict == "FAIL" else ""
@@ -340,6 +355,8 @@ def judge(
         correctness=correctness,
         unclear=unclear if verdict == "INCONCLUSIVE" else (),
         timings=candidate.timings,
+        metrics=metrics,
+        checks=checks,
     )
 
 
@@ -369,6 +386,27 @@ def _objective(policy: PolicySpec, rows: list[Row], boot: _Boot) -> ObjectiveRes
     lo, hi = _interval(draws)
     return ObjectiveResult(value, lo, hi, spec.min_ratio, _classify(lo, hi, spec.min_ratio),
                            spec.weights)  # fmt: skip
+
+
+def _decide(
+    rows: list[Row],
+    objective: ObjectiveResult | None,
+    correctness: CorrectnessResult | None,
+    unclear: tuple[tuple[int, int], ...],
+    checks: tuple[Check, ...],
+) -> tuple[Overall, str]:
+    """:func:`_overall`, with SGLang's figures: an acceptance length outside its
+    tolerance fails right after a correctness mismatch (it is a correctness signal); a
+    latency check the policy sets fails any verdict that was not already FAIL."""
+    if correctness is None or correctness.passed:
+        accept = failed_reason(checks, ("accept_length",))
+        if accept is not None:
+            return "FAIL", accept
+    verdict, reason = _overall(rows, objective, correctness, unclear)
+    latency = failed_reason(checks, ("ttft", "itl_p50", "itl_p99"))
+    if latency is not None and verdict != "FAIL":
+        return "FAIL", latency
+    return verdict, reason
 
 
 def _overall(

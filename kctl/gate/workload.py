@@ -17,7 +17,7 @@ import hashlib
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kctl.profile.model import GateSpec
@@ -146,11 +146,42 @@ class _Base:
     output_tokens: int
 
 
-def plan_workload(gate: GateSpec, *, vocab_size: int = 32000) -> Workload:
+#: prompt ids stay below this when neither the profile nor the server says more (every
+#: current LLM vocabulary is larger; a smaller one must be named in gate.vocab_size)
+DEFAULT_VOCAB_SIZE = 32000
+
+
+def fit_vocab(workload: Workload, vocab_size: int | None) -> Workload:
+    """``workload`` with prompt ids below ``vocab_size`` (the model's vocabulary as the
+    server reports it): unchanged when that is unknown or no smaller than the plan's;
+    never raised above the plan. Same seeds, so both sides of a gate get the same prompts."""
+    if vocab_size is None or vocab_size >= workload.vocab_size:
+        return workload
+    if vocab_size <= _LOW_ID + _HIGH_MARGIN:
+        raise ValueError(f"vocab_size must exceed {_LOW_ID + _HIGH_MARGIN} (got {vocab_size})")
+
+    def fit(reqs: tuple[GenRequest, ...]) -> tuple[GenRequest, ...]:
+        return tuple(replace(r, vocab_size=vocab_size) for r in reqs)
+
+    return replace(
+        workload,
+        vocab_size=vocab_size,
+        warmups=fit(workload.warmups),
+        measured=fit(workload.measured),
+        concurrent=fit(workload.concurrent),
+        probes=tuple(replace(p, vocab_size=vocab_size) for p in workload.probes),
+    )
+
+
+def plan_workload(gate: GateSpec, *, vocab_size: int | None = None) -> Workload:
     """The gate's requests for ``gate``: per context ``warmup`` discarded requests, then
     ``repeats`` measured requests one at a time; with ``gate.concurrency`` a phase of
     ``concurrency * repeats`` requests per context kept ``concurrency`` in flight; then
-    ``gate.correctness.prompts`` greedy probes. Deterministic in ``gate.seed``."""
+    ``gate.correctness.prompts`` greedy probes. Deterministic in ``gate.seed``. Prompt
+    ids stay below ``vocab_size``, else ``gate.vocab_size``, else
+    :data:`DEFAULT_VOCAB_SIZE` (the runner lowers it to what the server reports,
+    :func:`fit_vocab`)."""
+    vocab_size = vocab_size or gate.vocab_size or DEFAULT_VOCAB_SIZE
     if vocab_size <= _LOW_ID + _HIGH_MARGIN:
         raise ValueError(f"vocab_size must exceed {_LOW_ID + _HIGH_MARGIN} (got {vocab_size})")
     base = _Base(seed=gate.seed, vocab_size=vocab_size, output_tokens=gate.output_tokens)

@@ -181,6 +181,10 @@ def context_files(profile: Profile, repo_root: Path | None = None) -> tuple[Cont
                 hint="install kctl from a complete checkout",
             )
         files.extend(_walk(sim, "kctl/sim"))
+        # the simulator parses its argv with the release table's parser (kctl.sglang)
+        errors = pkg / "errors.py"
+        files.append(ContextFile("kctl/errors.py", errors, _sha256_file(errors)))
+        files.extend(_walk(pkg / "sglang", "kctl/sglang"))
     elif img.kernel_source is not None:
         root = repository_of(profile) if repo_root is None else Path(repo_root)
         src = (root / img.kernel_source).resolve()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from kctl.profile.release import release_problems
 from kctl.profile.rules import SIMULATOR_ENV, Found
+from kctl.sglang.releases import KDTREE_BACKEND
 
 if TYPE_CHECKING:
     from kctl.profile.model import (
@@ -24,17 +26,18 @@ if TYPE_CHECKING:
 
 
 def image_problems(image: ImageSpec) -> list[Found]:
+    found = release_problems(image)
     if not image.cuda_archs:
-        return [(("cuda_archs",), "must list at least one CUDA arch, e.g. ['12.0']", [])]
+        return [*found, (("cuda_archs",), "must list at least one CUDA arch, e.g. ['12.0']", [])]
     if len(set(image.cuda_archs)) != len(image.cuda_archs):
-        return [
+        found.append(
             (
                 ("cuda_archs",),
                 "lists an arch twice; remove the duplicate",
                 list(image.cuda_archs),
             )
-        ]
-    return []
+        )
+    return found
 
 
 def _kernel_problems(s: ServerSpec) -> list[Found]:
@@ -50,22 +53,41 @@ def _kernel_problems(s: ServerSpec) -> list[Found]:
                     "1",
                 )
             )
-        return found
-    if s.attention_backend != "triton":
-        found.append(
-            (
-                ("attention_backend",),
-                "the kdtree verify kernel patches SGLang's triton backend only; set "
-                "'triton' or set server.verify_kernel: none",
-                s.attention_backend,
+        if s.attention_backend == KDTREE_BACKEND:
+            found.append(
+                (
+                    ("verify_kernel",),
+                    "must be 'kdtree' with attention_backend 'kdtree' (the kernel's backend)",
+                    s.verify_kernel,
+                )
             )
-        )
-    if env.get("KDTREE_VERIFY") != "1":
+        return found
+    if s.attention_backend == KDTREE_BACKEND and env.get("KDTREE_VERIFY") == "1":
         found.append(
             (
                 ("env", "KDTREE_VERIFY"),
-                "server.verify_kernel is 'kdtree', so the kernel must be switched on: set "
-                "server.env.KDTREE_VERIFY: '1'",
+                "switches on the kernel's startup hook, which attention_backend 'kdtree' (the "
+                "plugin path) does not use and which declines there; remove the variable",
+                "1",
+            )
+        )
+    if s.attention_backend not in ("triton", KDTREE_BACKEND):
+        found.append(
+            (
+                ("attention_backend",),
+                "the kdtree verify kernel serves through SGLang's triton backend: set "
+                "'kdtree' (its plugin backend, SGLang 0.5.11 and later) or 'triton' (the "
+                "startup hook, with KDTREE_VERIFY=1), or set server.verify_kernel: none",
+                s.attention_backend,
+            )
+        )
+    if s.attention_backend == "triton" and env.get("KDTREE_VERIFY") != "1":
+        found.append(
+            (
+                ("env", "KDTREE_VERIFY"),
+                "server.verify_kernel is 'kdtree' on the triton backend, so the kernel's "
+                "startup hook must be switched on: set server.env.KDTREE_VERIFY: '1' (or "
+                "attention_backend: kdtree on SGLang 0.5.11 and later)",
                 env.get("KDTREE_VERIFY"),
             )
         )

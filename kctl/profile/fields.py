@@ -32,6 +32,13 @@ ImageRef = Annotated[
 KERNEL_SOURCE = (
     "must be a directory relative to the repository root, e.g. 'kernels', or null for no kernel"
 )
+SGLANG_VERSION = "must be an SGLang release version, e.g. '0.5.10' or '0.5.10.post1'"
+SglangVersion = Annotated[
+    str,
+    Strict(),
+    Field(pattern=rules.SGLANG_VERSION_PATTERN),
+    says(SGLANG_VERSION),
+]
 RepoDir = Annotated[
     str,
     Strict(),
@@ -78,7 +85,7 @@ AttentionBackend = Annotated[
     enum(ATTENTION_BACKENDS),
     member_of(ATTENTION_BACKENDS),
     says(
-        "must be one of SGLang 0.5.10's attention backends: "
+        "must be one of the attention backends of a known SGLang release: "
         + rules.choices_text(ATTENTION_BACKENDS)
     ),
 ]
@@ -207,3 +214,23 @@ Speedup = Annotated[
 def one_of(choices: str) -> object:
     """Metadata: the message of a ``Literal`` field (``choices`` as the message lists them)."""
     return says("must be one of " + choices)
+
+
+Tolerance = Annotated[
+    float,
+    Strict(),
+    Field(ge=0, lt=1, allow_inf_nan=False),
+    says("must be a fraction in [0, 1), e.g. 0.02 for 2%"),
+]
+LatencyRatio = Annotated[
+    float,
+    Strict(),
+    Field(gt=0, allow_inf_nan=False),
+    says("must be a ratio > 0 (candidate over baseline; 1.1 = up to 10% slower), or null"),
+]
+VocabSize = Annotated[
+    int,
+    Strict(),
+    Field(gt=356),
+    says("must be the model's vocabulary size, an integer above 356 (e.g. 163840), or null"),
+]

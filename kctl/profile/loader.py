@@ -185,6 +185,8 @@ def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ..
             )
 
     profile = build_profile(data, problems, name=name, source=display, baseline=baseline_path)
+    if profile is not None:
+        _check_argv(profile, problems)
     if profile is not None and baseline_profile is not None:
         _check_pair(profile, baseline_profile, problems)
     if profile is None or problems:
@@ -225,6 +227,14 @@ def _load_baseline(
         for line in exc.problems:
             problems.raw(line)
         return None
+
+
+def _check_argv(profile: Profile, problems: Problems) -> None:
+    """The launch argv as the server parser of the profile's SGLang release reads it."""
+    from kctl.launch import argv_problems
+
+    for path, message, value in argv_problems(profile):
+        problems.add(path, message, value)
 
 
 def _check_pair(profile: Profile, baseline: Profile, problems: Problems) -> None:

@@ -39,6 +39,7 @@ from kctl.profile.fields import (
     HostPath,
     ImageRef,
     KvCacheDtype,
+    LatencyRatio,
     MemFraction,
     MinRatio,
     ModelPath,
@@ -47,8 +48,11 @@ from kctl.profile.fields import (
     RatioMap,
     RepoDir,
     ServedName,
+    SglangVersion,
     ShmSize,
     Speedup,
+    Tolerance,
+    VocabSize,
     WeightMap,
     one_of,
 )
@@ -74,6 +78,8 @@ class ImageSpec:
     #: tests only: install the SGLang-compatible simulator as the `sglang` package, so the
     #: unchanged `python3 -m sglang.launch_server ...` command runs it inside the container
     install_simulator: Bool = False
+    #: the SGLang release the image holds; None = the version in ``base``'s tag
+    sglang: SglangVersion | None = None
 
     @model_validator(mode="after")
     def _judge(self, info: ValidationInfo) -> ImageSpec:
@@ -188,6 +194,15 @@ class PolicySpec:
     #: stop measuring once a binding context is clearly below its threshold (FAIL): the
     #: contexts after it, the concurrency phase and the correctness probes are skipped
     stop_at_first_fail: Bool = False
+    #: how far the candidate's mean speculative acceptance length may move from the
+    #: baseline's, as a fraction of it (a correctness signal: a subtly wrong verify kernel
+    #: accepts fewer, or more, draft tokens long before greedy outputs differ)
+    accept_length_tolerance: Tolerance = 0.02
+    #: optional latency gates, candidate over baseline per context: median TTFT and the
+    #: inter-token latency percentiles; None = shown, not gated
+    max_ttft_ratio: LatencyRatio | None = None
+    max_itl_p50_ratio: LatencyRatio | None = None
+    max_itl_p99_ratio: LatencyRatio | None = None
 
     def threshold(self, context: int) -> float:
         return dict(self.min_ratio_per_context).get(context, self.min_ratio)
@@ -210,6 +225,9 @@ class GateSpec:
     concurrency: Concurrency | None = None
     request_timeout_s: PosFloat = 600.0
     seed: NonNegInt = 0
+    #: the model's vocabulary size: gate prompts draw token ids below it (and below what
+    #: the server reports in /get_model_info where it does); None = 32000
+    vocab_size: VocabSize | None = None
     policy: PolicySpec = field(default_factory=PolicySpec)
     correctness: CorrectnessSpec = field(default_factory=CorrectnessSpec)
 

@@ -1,5 +1,6 @@
 """What a profile field's Python type alone cannot say: ranges, choices, patterns, the
-SGLang 0.5.10 vocabularies they come from, and the message each field reports.
+SGLang vocabularies they come from (every known release's, from the release table), and
+the message each field reports.
 
 Each field type here is an ``Annotated`` pydantic type: constraints that always hold
 (type, range) live in the core schema, so they also publish in the JSON Schema; the
@@ -27,58 +28,62 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kctl.sglang.releases import KDTREE_BACKEND, releases
+
 #: validation context key: set by the loader when the input is a profile file
 FILE = "kctl.profile.file"
 #: the error type of every problem kctl words itself
 ERROR_TYPE = "kctl_profile"
 
-#: SGLang 0.5.10 ``--attention-backend`` choices (sglang/srt/server_args.py)
-ATTENTION_BACKENDS = (
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "nsa",
-    "cutlass_mla",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "trtllm_mha",
-    "dual_chunk_flash_attn",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-    "intel_xpu",
-)
-#: SGLang 0.5.10 ``--kv-cache-dtype`` choices
-KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1")
-#: SGLang 0.5.10 ``--speculative-algorithm`` choices
-SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-#: flags kctl derives from typed fields; ``extra_args`` must not repeat them
-MANAGED_FLAGS = (
-    "--model-path",
-    "--served-model-name",
-    "--host",
-    "--port",
-    "--tp-size",
-    "--tp",
-    "--attention-backend",
-    "--disable-cuda-graph",
-    "--cuda-graph-max-bs",
-    "--mem-fraction-static",
-    "--trust-remote-code",
-    "--kv-cache-dtype",
-    "--speculative-algorithm",
-    "--speculative-draft-model-path",
-    "--speculative-num-steps",
-    "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
-)
-#: env the ``simulator:`` section owns (see :func:`kctl.launch.launch_spec`)
-SIMULATOR_ENV = {"KCTL_SIM_SPEEDUP": "simulator.speedup", "KCTL_SIM_LOAD_S": "simulator.load_s"}
 
+def _every_release(flag: str) -> tuple[str, ...]:
+    """The choices of ``flag`` in any known SGLang release, in first-seen order: what a
+    field accepts on its own. The profile's own release then decides (see
+    :func:`kctl.launch.argv_problems`)."""
+    out: dict[str, None] = {}
+    for rel in releases():
+        out.update(dict.fromkeys(str(c) for c in rel.choices(flag) or ()))
+    return tuple(out)
+
+
+#: ``--attention-backend`` choices of every known release, and kctl's own ``kdtree``
+ATTENTION_BACKENDS = (*_every_release("--attention-backend"), KDTREE_BACKEND)
+#: ``--kv-cache-dtype`` choices of every known release
+KV_CACHE_DTYPES = _every_release("--kv-cache-dtype")
+#: ``--speculative-algorithm`` choices of the releases that list them (free text from
+#: 0.5.12 on, where algorithms register by name)
+SPECULATIVE_ALGORITHMS = _every_release("--speculative-algorithm")
+#: flags kctl derives from typed fields, every release's spelling, and the field to set
+#: instead; ``extra_args`` must not reach them by any spelling (alias, abbreviation)
+MANAGED_FLAGS: dict[str, str] = {
+    "--model-path": "server.model_path",
+    "--served-model-name": "server.served_model_name",
+    "--host": "server.host",
+    "--port": "server.port",
+    "--tp-size": "server.tp",
+    "--attention-backend": "server.attention_backend",
+    "--disable-cuda-graph": "server.cuda_graphs",
+    "--cuda-graph-backend-decode": "server.cuda_graphs",
+    "--cuda-graph-backend-prefill": "server.cuda_graphs",
+    "--cuda-graph-max-bs": "server.cuda_graph_max_bs",
+    "--cuda-graph-max-bs-decode": "server.cuda_graph_max_bs",
+    "--mem-fraction-static": "server.mem_fraction_static",
+    "--trust-remote-code": "server.trust_remote_code",
+    "--kv-cache-dtype": "server.kv_cache_dtype",
+    "--speculative-algorithm": "server.speculative.algorithm",
+    "--speculative-draft-model-path": "server.speculative.draft_model_path",
+    "--speculative-num-steps": "server.speculative.num_steps",
+    "--speculative-eagle-topk": "server.speculative.eagle_topk",
+    "--speculative-num-draft-tokens": "server.speculative.num_draft_tokens",
+}
+#: env the ``simulator:`` section owns (see :func:`kctl.launch.launch_spec`)
+SIMULATOR_ENV = {
+    "KCTL_SIM_SPEEDUP": "simulator.speedup",
+    "KCTL_SIM_LOAD_S": "simulator.load_s",
+    "KCTL_SIM_SGLANG_VERSION": "image.sglang",
+}
+
+SGLANG_VERSION_PATTERN = r"^v?\d+\.\d+\.\d+(\.post\d+)?$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_MESSAGE = "must be letters, digits, '.', '_' or '-', starting with a letter or digit"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -172,21 +177,9 @@ def env_problem(value: str) -> str | None:
 
 
 def extra_arg_problem(arg: str) -> str | None:
-    """Why one ``server.extra_args`` item is refused, or None."""
-    flag = arg.split("=", 1)[0]
-    if flag in MANAGED_FLAGS:
-        return (
-            "is derived from a typed server field; set that field instead of passing the "
-            "flag in extra_args"
-        )
-    if flag.startswith("--") and len(flag) > 2:
-        # argparse (SGLang's parser) reads a unique prefix as the flag it abbreviates
-        longer = [f for f in MANAGED_FLAGS if f.startswith(flag)]
-        if longer:
-            return (
-                f"abbreviates {longer[0]}, which SGLang's parser would read as that flag; "
-                "set the typed server field instead"
-            )
+    """Why one ``server.extra_args`` item is refused on its own, or None. What the item
+    means to SGLang (managed flags by any spelling, unknown flags, choices) is judged
+    against the profile's release once the profile is whole."""
     if arg.startswith("-") and " " in arg:
         return (
             "holds a flag and its value in one item; write them as two list items, "

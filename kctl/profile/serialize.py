@@ -27,6 +27,12 @@ _PAIR_FIELDS = {"env", "min_ratio_per_context", "weights"}
 #: fingerprints and deployment records built on it)
 _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("gate", "policy", "stop_at_first_fail"), False),
+    (("image", "sglang"), None),
+    (("gate", "policy", "accept_length_tolerance"), 0.02),
+    (("gate", "policy", "max_ttft_ratio"), None),
+    (("gate", "policy", "max_itl_p50_ratio"), None),
+    (("gate", "policy", "max_itl_p99_ratio"), None),
+    (("gate", "vocab_size"), None),
 )
 
 

@@ -97,6 +97,22 @@ class SGLangClient:
         """GET /health answers 200."""
         self._send("GET", "/health", timeout_s).close()
 
+    def get_json(self, path: str, timeout_s: float) -> dict[str, Any]:
+        """GET ``path`` (e.g. ``/get_model_info``); the answer's JSON object."""
+        what = f"GET {path}"
+        resp = self._send("GET", path, timeout_s)
+        try:
+            raw = resp.content
+        except requests.RequestException as exc:
+            raise ServerUnreachable(what, cause_of(exc)) from None
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            raise ServerBadBody(what, "not JSON", short(raw)) from None
+        if not isinstance(obj, dict):
+            raise ServerBadBody(what, "unexpected answer", short(raw))
+        return obj
+
     def generate(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """POST /generate without streaming; the answer's object (the first of a batch)."""
         what = "POST /generate"

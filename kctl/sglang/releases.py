@@ -36,6 +36,8 @@ __all__ = [
     "Release",
     "TritonMethod",
     "UnknownRelease",
+    "KDTREE_BACKEND",
+    "kernel_choices",
     "known_versions",
     "load_table",
     "newest",
@@ -377,6 +379,20 @@ def release_from_probe(text: str) -> Release:
             **settings,
         )
     return dataclasses.replace(known, options=options, source="image", **settings)
+
+
+#: the attention backend kctl's kernel package registers through SGLang's plugin API
+KDTREE_BACKEND = "kdtree"
+
+
+def kernel_choices(rel: Release) -> dict[str, list[str]]:
+    """Choices kctl's kernel package adds to ``rel``'s parser (by dest): the ``kdtree``
+    attention backend, registered through the ``sglang.srt.plugins`` entry points where
+    the release has them and its attention registry; nothing on older releases."""
+    hooks = rel.hooks
+    if hooks.has_plugin_entry_points and hooks.register_attention_backend:
+        return {"attention_backend": [KDTREE_BACKEND]}
+    return {}
 
 
 def release(version: str) -> Release:

@@ -1,15 +1,19 @@
-"""``sglang.launch_server`` arguments as the simulator understands them.
+"""SGLang server arguments as the simulator understands them.
 
-Names and defaults follow SGLang 0.5.10's ``srt/server_args.py`` for the flags kctl
-passes; anything else is accepted, ignored and reported (``unknown_args`` in
-``/server_info``) so a profile's ``extra_args`` never stops the simulator.
+The argv is parsed by the parser of the release the simulator imitates
+(``KCTL_SIM_SGLANG_VERSION``, default 0.5.10), rebuilt from kctl's release table
+(:mod:`kctl.sglang.releases`): it accepts and refuses what that release's ``ServerArgs``
+parser does, aliases and abbreviations included. The simulator keeps the settings it
+models (:class:`ServerArgs`, field names as SGLang's ``ServerArgs``); SGLang's own
+defaults fill the rest.
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import asdict, dataclass, field
-from typing import Any, NoReturn
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from kctl.sim.settings import DEFAULT_SGLANG_VERSION
 
 #: Kimi K2's context window (text_config.max_position_embeddings of K2.5/K2.6)
 DEFAULT_CONTEXT_LENGTH = 262144
@@ -52,7 +56,6 @@ class ServerArgs:
     speculative_attention_mode: str = "prefill"
     random_seed: int | None = None
     log_level: str = "info"
-    unknown_args: list[str] = field(default_factory=list)
 
     @property
     def cuda_graphs(self) -> bool:
@@ -94,67 +97,50 @@ class ServerArgs:
 
 
 class ArgsError(ValueError):
-    """A known flag got a value of the wrong type (SGLang exits 2 on these too)."""
+    """The release's parser refused the argv (SGLang exits 2 on these too)."""
 
 
-class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ArgsError(message)
+#: ServerArgs fields whose dest is spelt differently in some releases: the first present wins
+_DEST_ALIASES = {
+    "tp_size": ("tp_size", "tensor_parallel_size"),
+    "dp_size": ("dp_size", "data_parallel_size"),
+    "ep_size": ("ep_size", "expert_parallel_size"),
+    "cuda_graph_max_bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"),
+    "cuda_graph_bs": ("cuda_graph_bs", "cuda_graph_bs_decode"),
+}
 
 
-def _parser() -> argparse.ArgumentParser:
-    # allow_abbrev off: an abbreviation of a flag we do not model must land in unknown_args
-    p = _RaisingParser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
-    a = p.add_argument
-    a("--model-path", "--model", dest="model_path", default="")
-    a("--tokenizer-path", dest="tokenizer_path")
-    a("--served-model-name", dest="served_model_name")
-    a("--host", default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--tensor-parallel-size", "--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    a("--data-parallel-size", "--dp-size", "--dp", dest="dp_size", type=int, default=1)
-    a("--expert-parallel-size", "--ep-size", "--ep", dest="ep_size", type=int, default=1)
-    a("--attention-backend", dest="attention_backend")
-    a("--prefill-attention-backend", dest="prefill_attention_backend")
-    a("--decode-attention-backend", dest="decode_attention_backend")
-    a("--disable-cuda-graph", dest="disable_cuda_graph", action="store_true")
-    a("--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
-    a("--cuda-graph-bs", dest="cuda_graph_bs", type=int, nargs="+")
-    a("--mem-fraction-static", dest="mem_fraction_static", type=float)
-    a("--trust-remote-code", dest="trust_remote_code", action="store_true")
-    a("--kv-cache-dtype", dest="kv_cache_dtype", default="auto")
-    a("--page-size", dest="page_size", type=int, default=1)
-    a("--dtype", default="auto")
-    a("--context-length", dest="context_length", type=int)
-    a("--chunked-prefill-size", dest="chunked_prefill_size", type=int)
-    a("--max-running-requests", dest="max_running_requests", type=int)
-    a("--disable-radix-cache", dest="disable_radix_cache", action="store_true")
-    a("--skip-server-warmup", dest="skip_server_warmup", action="store_true")
-    a("--incremental-streaming-output", dest="incremental_streaming_output", action="store_true")
-    a("--speculative-algorithm", dest="speculative_algorithm")
-    a(
-        "--speculative-draft-model-path",
-        "--speculative-draft-model",
-        dest="speculative_draft_model_path",
-    )
-    a("--speculative-num-steps", dest="speculative_num_steps", type=int)
-    a("--speculative-eagle-topk", dest="speculative_eagle_topk", type=int)
-    a("--speculative-num-draft-tokens", dest="speculative_num_draft_tokens", type=int)
-    a("--speculative-attention-mode", dest="speculative_attention_mode", default="prefill")
-    a("--random-seed", dest="random_seed", type=int)
-    a("--log-level", dest="log_level", default="info")
-    return p
+def _value(values: dict[str, Any], name: str, default: Any) -> Any:
+    for dest in _DEST_ALIASES.get(name, (name,)):
+        if values.get(dest) is not None:
+            return values[dest]
+    return default
 
 
-def parse(argv: list[str]) -> ServerArgs:
-    """Parse ``sglang.launch_server`` arguments; unknown ones are kept in ``unknown_args``.
-
-    Raises :class:`ArgsError` when a known flag has a bad value (e.g. ``--port abc``).
+def parse(argv: list[str], version: str = DEFAULT_SGLANG_VERSION) -> ServerArgs:
+    """Parse server arguments with the parser of SGLang ``version`` (rebuilt from kctl's
+    release table): what that release refuses (an unknown or removed flag, a value outside
+    the choices, a bad number) raises :class:`ArgsError` with its message.
     """
-    ns, unknown = _parser().parse_known_args(argv)
-    values = vars(ns)
-    if values["speculative_algorithm"]:
+    from kctl.sglang.releases import ParserError, UnknownRelease, kernel_choices, release
+
+    try:
+        rel = release(version)
+        values = vars(rel.parser(kernel_choices(rel)).parse_args(argv))
+    except UnknownRelease as exc:
+        raise ArgsError(f"KCTL_SIM_SGLANG_VERSION: {exc}") from None
+    except ParserError as exc:
+        raise ArgsError(f"SGLang {version}: {exc}") from None
+    defaults = {f.name: f.default for f in fields(ServerArgs)}
+    out = {name: _value(values, name, default) for name, default in defaults.items()}
+    # 0.5.14 on: --cuda-graph-backend-decode disabled turns decode graphs off
+    out["disable_cuda_graph"] = bool(values.get("disable_cuda_graph")) or (
+        values.get("cuda_graph_backend_decode") == "disabled"
+    )
+    for name in ("port", "tp_size", "dp_size", "ep_size", "page_size"):
+        out[name] = int(out[name])
+    if out["speculative_algorithm"]:
         # SGLang aliases NEXTN to EAGLE
-        algo = str(values["speculative_algorithm"]).upper()
-        values["speculative_algorithm"] = "EAGLE" if algo == "NEXTN" else algo
-    return ServerArgs(**values, unknown_args=list(unknown))
+        algo = str(out["speculative_algorithm"]).upper()
+        out["speculative_algorithm"] = "EAGLE" if algo == "NEXTN" else algo
+    return ServerArgs(**out)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kctl.sglang.releases import release
 from kctl.sim import plan as planning
 from kctl.sim import tokens
 from kctl.sim.args import ServerArgs
@@ -58,6 +59,8 @@ class Engine:
         self.verify = verify
         self.stop = stop
         self.clock = clock
+        #: the imitated release's meta_info field names
+        self.spec_metrics = release(settings.sglang_version).spec_metrics
         self._lock = threading.Lock()
         self._status = Status.LOADING
         self._counter = itertools.count()
@@ -212,15 +215,9 @@ class Engine:
         if last:
             meta["e2e_latency"] = self.clock() - start
             if self.args.speculative:
-                accepted = p.completion_tokens - p.spec_verify_ct - 1 if p.spec_verify_ct else 0
-                drafted = p.spec_verify_ct * (p.spec_num_draft_tokens - 1)
-                meta.update(
-                    spec_verify_ct=p.spec_verify_ct,
-                    spec_accept_length=p.spec_accept_length,
-                    spec_accept_rate=accepted / drafted if drafted else 0.0,
-                    spec_accept_token_num=max(0, accepted),
-                    spec_draft_token_num=drafted,
-                )
+                low = self._request_faults_apply(req) and self.settings.has("low_acceptance")
+                factor = planning.LOW_ACCEPTANCE_FACTOR if low else 1.0
+                meta.update(planning.spec_fields(self.spec_metrics, p, acceptance_factor=factor))
         return {"text": out[1], "output_ids": out[0], "meta_info": meta}
 
     def generate(self, req: GenRequest) -> dict[str, Any]:
@@ -269,6 +266,8 @@ class Engine:
             "model_type": "kimi_k2",
             "architectures": ["DeepseekV3ForCausalLM"],
             "served_model_name": a.served_model_name or a.model_path,
+            # token ids at or above it are refused (see kctl.sim.request)
+            "vocab_size": tokens.VOCAB_SIZE,
         }
 
     def server_info(self) -> dict[str, Any]:

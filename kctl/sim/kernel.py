@@ -40,11 +40,25 @@ class VerifyChoice:
     declined_reason: str | None = None
 
 
-def active_line(sglang_version: str) -> str:
+def active_line(sglang_version: str, path: str = "startup-hook") -> str:
+    """``path``: ``plugin`` (``--attention-backend kdtree``) or ``startup-hook``."""
     return (
         f"kdtree-verify: active kernel={KERNEL_NAME}-{KERNEL_VERSION} arch={ARCH} "
-        f"sglang={sglang_version}"
+        f"sglang={sglang_version} path={path}"
     )
+
+
+def _path_reason(backend: str, version: str) -> str | None:
+    """Why the release refuses the path ``backend`` takes: the startup hook declines on
+    releases with plugin entry points (0.5.11 on), as the real kernel does."""
+    from kctl.sglang.releases import kernel_choices, release
+
+    if backend == "triton" and kernel_choices(release(version)):
+        return (
+            f"sglang {version} has the plugin framework: on 0.5.11 and later select the "
+            "kernel with --attention-backend kdtree"
+        )
+    return None
 
 
 def declined_line(reason: str, sglang_version: str) -> str:
@@ -55,15 +69,18 @@ def declined_line(reason: str, sglang_version: str) -> str:
 
 def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
     """Decide the verify path from the launch args and env (pure)."""
-    if not settings.kdtree_verify:
+    backend = args.effective_attention_backend
+    # the kernel serves through its own plugin backend, or the startup hook switched on
+    if not settings.kdtree_verify and backend != "kdtree":
         return VerifyChoice(path="triton", line=None)
     version = settings.sglang_version
     reason: str | None = None
-    backend = args.effective_attention_backend
     if settings.has("kernel_declined"):
         reason = "simulated decline (KCTL_SIM_FAULT=kernel_declined)"
-    elif backend != "triton":
+    elif backend not in ("triton", "kdtree"):
         reason = f"target verify runs on the {backend} attention backend, not triton"
+    elif (hook := _path_reason(backend, version)) is not None:
+        reason = hook
     elif args.kv_cache_dtype not in BF16_KV_DTYPES:
         reason = f"KV cache dtype {args.kv_cache_dtype} is not bf16 (quantised KV cache)"
     elif args.page_size != 1:
@@ -78,4 +95,5 @@ def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
         return VerifyChoice(
             path="triton", line=declined_line(reason, version), declined_reason=reason
         )
-    return VerifyChoice(path="kdtree", line=active_line(version))
+    path = "plugin" if backend == "kdtree" else "startup-hook"
+    return VerifyChoice(path="kdtree", line=active_line(version, path))

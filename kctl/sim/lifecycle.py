@@ -80,8 +80,6 @@ class Simulator:
     def run(self) -> int:
         a, s = self.args, self.settings
         self.log.main(f"server_args={a.as_dict()}")
-        if a.unknown_args:
-            self.log.main(f"WARNING kctl-sim ignores unknown arguments: {' '.join(a.unknown_args)}")
         if s.has("crash_at_start"):
             self.log.raw(
                 "RuntimeError: simulated crash at start (KCTL_SIM_FAULT=crash_at_start): "
@@ -220,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     log = Log()
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = sim_args.parse(argv)
         settings = sim_settings.from_env()
+        args = sim_args.parse(argv, settings.sglang_version)
         calibration = sim_calibration.load(settings.calibration_path)
     except (
         sim_args.ArgsError,

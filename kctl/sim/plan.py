@@ -6,8 +6,10 @@ Times here are *simulated* seconds (uncompressed); the engine divides by the spe
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from kctl.sim.calibration import Calibration
 
@@ -110,3 +112,37 @@ def plan_request(
         spec_verify_ct=verify_ct if speculative else 0,
         spec_num_draft_tokens=num_draft_tokens if speculative else 1,
     )
+
+
+#: how much the ``low_acceptance`` fault lowers the reported acceptance length
+LOW_ACCEPTANCE_FACTOR = 0.9
+
+
+def spec_fields(
+    names: tuple[str, ...], plan: RequestPlan, *, acceptance_factor: float = 1.0
+) -> dict[str, Any]:
+    """The speculative-decoding fields of a finished request's ``meta_info``, spelt as
+    the imitated release spells them (``names``: the release table's ``spec_metrics``):
+    ``spec_verify_ct``, ``spec_accept_length``, ``spec_accept_rate`` everywhere;
+    ``spec_accept_token_num``/``spec_draft_token_num`` up to 0.5.10,
+    ``spec_accepted_drafts``/``spec_proposed_drafts`` 0.5.11 to 0.5.20,
+    ``spec_num_correct_drafts``/``spec_num_proposed_drafts`` from 0.5.12. Histograms are
+    not imitated. ``acceptance_factor`` < 1 reports more verify steps for the same tokens
+    (a verify path that accepts less)."""
+    verify_ct = plan.spec_verify_ct
+    if verify_ct and acceptance_factor != 1.0:
+        verify_ct = max(verify_ct, math.ceil(verify_ct / acceptance_factor))
+    accepted = max(0, plan.completion_tokens - verify_ct - 1) if verify_ct else 0
+    drafted = verify_ct * (plan.spec_num_draft_tokens - 1)
+    values: dict[str, Any] = {
+        "spec_verify_ct": verify_ct,
+        "spec_accept_length": plan.completion_tokens / verify_ct if verify_ct else 0.0,
+        "spec_accept_rate": accepted / drafted if drafted else 0.0,
+        "spec_accept_token_num": accepted,
+        "spec_draft_token_num": drafted,
+        "spec_accepted_drafts": accepted,
+        "spec_proposed_drafts": drafted,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": drafted,
+    }
+    return {name: values[name] for name in names if name in values}

@@ -16,6 +16,7 @@ FAULTS = (
     "hang",
     "wrong_output",
     "kernel_declined",
+    "low_acceptance",
 )
 
 DEFAULT_FATAL_LINE = (

@@ -203,7 +203,9 @@ def test_simulator_context_carries_kctl_sim_only(tmp_path: Path) -> None:
     )
     names = [f.arcname for f in ctx.files]
     assert "kctl/__init__.py" in names
-    assert all(n == "kctl/__init__.py" or n.startswith("kctl/sim/") for n in names)
+    kctl_own = ("kctl/__init__.py", "kctl/errors.py")
+    assert all(n in kctl_own or n.startswith(("kctl/sim/", "kctl/sglang/")) for n in names)
+    assert "kctl/sglang/data/releases.json" in names
     assert any(n.startswith("kctl/sim/shim/sglang/") for n in names)
 
 

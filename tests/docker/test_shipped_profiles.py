@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENT = "20261129-100000-abcd"
 
 SGLANG_ARGS = [
-    "python3", "-m", "sglang.launch_server",
+    "sglang", "serve",
     "--model-path", "/models/Kimi-K2.6",
     "--served-model-name", "kimi-k2.6",
     "--host", "0.0.0.0",

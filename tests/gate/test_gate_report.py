@@ -71,6 +71,9 @@ def failing_verdict() -> Verdict:
     return judge(base, cand, PolicySpec())
 
 
+NONE = {"baseline": None, "candidate": None}
+
+
 def test_rows_as_data() -> None:
     v = failing_verdict()
     rows = gate_rows(v)
@@ -86,6 +89,10 @@ def test_rows_as_data() -> None:
             "verdict": "FAIL",
             "completed": 3,
             "planned": 3,
+            "ttft_s": NONE,
+            "itl_p50_s": NONE,
+            "itl_p99_s": NONE,
+            "accept_length": NONE,
         },
         {
             "context": 23000,
@@ -98,6 +105,10 @@ def test_rows_as_data() -> None:
             "verdict": "PASS",
             "completed": 3,
             "planned": 3,
+            "ttft_s": NONE,
+            "itl_p50_s": NONE,
+            "itl_p99_s": NONE,
+            "accept_length": NONE,
         },
     ]
     # strict JSON, and it survives the stored form of the verdict

@@ -24,6 +24,7 @@ from kctl.gate import (
     render_table,
     run_gate,
 )
+from kctl.gate.runner import server_vocab_size
 from kctl.health import READY_LINE, wait_healthy
 from kctl.profile.model import CorrectnessSpec, GateSpec, HealthSpec, PolicySpec
 from kctl.runtime.base import Instance, LaunchSpec
@@ -136,6 +137,21 @@ def test_measure_records_every_sample_probe_and_summary(
     again = measure(sim(KCTL_SIM_SEED="5"), dataclasses.replace(WORKLOAD, warmups=(), measured=()))
     assert again.probes == baseline.probes
     assert Measurement.from_dict(json.loads(json.dumps(baseline.to_dict()))) == baseline
+    # SGLang's figures: TTFT, a latency per token after the first, the acceptance length
+    for s in baseline.samples:
+        assert s.ttft_s and len(s.itl_s) == 63 and s.accept_length == pytest.approx(64 / 21)
+    assert all(x.itl_p99_s and x.itl_p50_s and x.accept_length for x in baseline.summaries)
+
+
+def test_prompts_stay_inside_the_vocabulary_the_server_reports(sim: SimFactory) -> None:
+    endpoint = sim()
+    assert server_vocab_size(endpoint, 5.0) == 163840
+    # planned above the model's vocabulary: the simulator (as SGLang) refuses such ids,
+    # so every probe answering proves the gate drew them below what the server reported
+    wide = plan_workload(dataclasses.replace(GATE, vocab_size=10**6))
+    probes_only = dataclasses.replace(wide, warmups=(), measured=())
+    m = measure(endpoint, probes_only)
+    assert [p.error for p in m.probes] == [None, None]
 
 
 def test_kdtree_eager_fails_at_short_context(sim: SimFactory, baseline: Measurement) -> None:

@@ -106,3 +106,22 @@ def test_estimate_duration_sums_prefill_and_decode() -> None:
     assert estimate_duration(conc, {1000: 10.0}, prefill_tps=1000.0, overhead_s=0.0) == (
         pytest.approx(est + 2 * 11.0)
     )
+
+
+def test_prompts_respect_the_vocabulary() -> None:
+    from kctl.gate.workload import DEFAULT_VOCAB_SIZE, fit_vocab
+
+    gate = GateSpec(contexts=(2000,), repeats=2, warmup=1)
+    assert plan_workload(gate).vocab_size == DEFAULT_VOCAB_SIZE
+    named = plan_workload(dataclasses.replace(gate, vocab_size=50000))
+    assert named.vocab_size == 50000
+    small = fit_vocab(named, 1000)  # the server reports a smaller vocabulary
+    ids = [i for r in (*small.warmups, *small.measured) for i in r.input_ids()]
+    ids += [i for p in small.probes for i in p.input_ids()]
+    assert max(ids) < 1000 and min(ids) >= 0
+    # same seeds: the same plan on either side of a gate
+    assert [r.ids_seed for r in small.measured] == [r.ids_seed for r in named.measured]
+    assert fit_vocab(named, 163840) is named  # never above the plan
+    assert fit_vocab(named, None) is named
+    with pytest.raises(ValueError, match="must exceed"):
+        fit_vocab(named, 300)

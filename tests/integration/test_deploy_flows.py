@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import Kctl, candidate_profile, serving_health
+from tests.integration.conftest import Kctl, base_profile, candidate_profile, serving_health
 
 pytestmark = pytest.mark.slow
 
@@ -18,6 +18,8 @@ def test_first_deploy_measures_baseline_then_promotes(kctl: Kctl) -> None:
     assert r.code == 0, r.err
     assert "PROMOTED" in r.out
     assert "23000" in r.out and "ratio" in r.out  # the gate table is printed
+    assert "SGLang figures (baseline / candidate):" in r.out
+    assert "TTFT ms" in r.out and "accept len" in r.out
     assert serving_health(kctl) == ("cand", "healthy")
     hist = kctl.run("--json", "history").json()["result"]
     kinds = [(h["kind"], h["profile"], h["status"]) for h in hist]
@@ -95,6 +97,26 @@ def test_wrong_outputs_fail_the_correctness_gate(kctl: Kctl) -> None:
     r = kctl.run("deploy", cand)
     assert r.code == 3, r.out + r.err
     assert "correctness" in (r.out + r.err).lower()
+    assert serving_health(kctl) == ("base", "healthy")
+
+
+def test_lower_acceptance_with_identical_tokens_is_rejected(kctl: Kctl) -> None:
+    # the verify path accepts 10% fewer draft tokens: same greedy tokens, same speed
+    prof = candidate_profile(kctl.port, KCTL_SIM_FAULT="low_acceptance")
+    r = kctl.run("--json", "deploy", kctl.write("cand.yaml", prof))
+    assert r.code == 3, r.out + r.err
+    verdict = r.json()["result"]["gate"]["verdict"]
+    assert verdict["verdict"] == "FAIL"
+    assert verdict["reason"].startswith("acceptance length outside the policy: 5700: ")
+    assert "(allowed: within 2% of the baseline)" in verdict["reason"]
+    assert verdict["correctness"]["mismatches"] == []  # the tokens are identical
+    for row in verdict["metrics"]:
+        base, cand = row["baseline"], row["candidate"]
+        assert cand["accept_length"] == pytest.approx(0.9 * base["accept_length"], rel=0.05)
+        for name in ("ttft_s", "itl_p50_s", "itl_p99_s"):
+            assert base[name] > 0 and cand[name] > 0
+    assert {c["metric"] for c in verdict["checks"]} == {"accept_length"}
+    assert "restored and verified" in r.out + r.err
     assert serving_health(kctl) == ("base", "healthy")
 
 
@@ -295,3 +317,30 @@ def test_bench_logs_plan_and_history_after_a_deploy(kctl: Kctl) -> None:
     assert kctl.run("--json", "history").json()["result"] == before
     r = kctl.run("history")
     assert cand_id in r.out and "promoted" in r.out
+
+
+def test_newest_release_end_to_end_with_the_plugin_backend(kctl: Kctl) -> None:
+    # both sides on SGLang 0.5.23: kctl renders its graph flags, the simulator parses
+    # them with 0.5.23's parser and reports its metric names; the kernel serves through
+    # its plugin attention backend (no KDTREE_VERIFY)
+    base = base_profile(kctl.port)
+    base["image"] = {"sglang": "0.5.23"}
+    base["server"]["cuda_graphs"] = True
+    base["server"]["cuda_graph_max_bs"] = 8
+    kctl.write("base.yaml", base)
+    cand = candidate_profile(kctl.port)
+    cand["image"] = {"sglang": "0.5.23"}
+    cand["server"]["env"] = {}
+    cand["server"]["attention_backend"] = "kdtree"
+    cand["gate"]["policy"]["min_ratio"] = 0.5  # this test is about the release, not speed
+    path = kctl.write("cand.yaml", cand)
+    plan = kctl.run("--json", "plan", path, "--simulate").json()
+    argv = plan["result"]["launch"]["argv"]
+    assert "--attention-backend" in argv and argv[argv.index("--attention-backend") + 1] == "kdtree"
+    assert "--cuda-graph-backend-decode" in argv and "--disable-cuda-graph" not in argv
+    assert plan["result"]["launch"]["env"]["KCTL_SIM_SGLANG_VERSION"] == "0.5.23"
+    r = kctl.run("--json", "deploy", path)
+    assert r.code == 0, r.out + r.err
+    verdict = r.json()["result"]["gate"]["verdict"]
+    assert all(row["candidate"]["accept_length"] for row in verdict["metrics"])
+    assert serving_health(kctl) == ("cand", "healthy")

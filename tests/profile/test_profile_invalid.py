@@ -133,8 +133,10 @@ CASES: list[tuple[str, str, list[str]]] = [
         "kdtree kernel without its switch",
         "extends: ok.yaml\nserver:\n  verify_kernel: kdtree\n  speculative: {draft_model_path: /d}\n",
         [
-            "x.yaml: server.env.KDTREE_VERIFY: server.verify_kernel is 'kdtree', so the kernel "
-            "must be switched on: set server.env.KDTREE_VERIFY: '1' (got None)"
+            "x.yaml: server.env.KDTREE_VERIFY: server.verify_kernel is 'kdtree' on the triton "
+            "backend, so the kernel's startup hook must be switched on: set "
+            "server.env.KDTREE_VERIFY: '1' (or attention_backend: kdtree on SGLang 0.5.11 and "
+            "later) (got None)"
         ],
     ),
     (
@@ -150,8 +152,9 @@ CASES: list[tuple[str, str, list[str]]] = [
         "a managed flag in extra_args",
         "extends: ok.yaml\nserver:\n  extra_args: ['--log-level', 'info', '--port=1']\n",
         [
-            "x.yaml: server.extra_args[2]: is derived from a typed server field; set that field "
-            "instead of passing the flag in extra_args (got '--port=1')"
+            "x.yaml: server.extra_args[2]: SGLang 0.5.10: --port sets port, which kctl manages; "
+            "as an extra argument it would override kctl's value; fix: set server.port instead "
+            "(got '--port=1')"
         ],
     ),
     (

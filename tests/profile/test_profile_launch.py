@@ -76,6 +76,7 @@ def test_simulator_image_gets_the_simulator_env_without_simulate(write: Write) -
     assert spec.env == (
         ("KCTL_SIM_FAULT", "hang"),
         ("KCTL_SIM_LOAD_S", "5"),
+        ("KCTL_SIM_SGLANG_VERSION", "0.5.10"),
         ("KCTL_SIM_SPEEDUP", "100"),
     )
     assert spec.image == "img:1"

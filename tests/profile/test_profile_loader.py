@@ -181,7 +181,11 @@ def test_simulator_numbers_reach_the_env_as_written(write: Write, speedup: float
 
     path = write("s.yaml", f"extends: ok.yaml\nsimulator: {{speedup: {speedup}, load_s: 0}}\n")
     env = dict(launch_spec(load_profile(path), "d", simulate=True).env)
-    assert env == {"KCTL_SIM_SPEEDUP": str(speedup), "KCTL_SIM_LOAD_S": "0"}
+    assert env == {
+        "KCTL_SIM_SPEEDUP": str(speedup),
+        "KCTL_SIM_LOAD_S": "0",
+        "KCTL_SIM_SGLANG_VERSION": "0.5.10",
+    }
 
 
 def test_a_field_added_later_changes_no_hash_until_set() -> None:

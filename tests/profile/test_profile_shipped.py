@@ -192,7 +192,11 @@ ENV = {
     "kdtree-eager": (("HF_HUB_OFFLINE", "1"), ("KDTREE_VERIFY", "1")),
     "reference": (("HF_HUB_OFFLINE", "1"),),
 }
-SIM_ENV = (("KCTL_SIM_LOAD_S", "330"), ("KCTL_SIM_SPEEDUP", "50"))
+SIM_ENV = (
+    ("KCTL_SIM_LOAD_S", "330"),
+    ("KCTL_SIM_SGLANG_VERSION", "0.5.10"),
+    ("KCTL_SIM_SPEEDUP", "50"),
+)
 
 
 @pytest.mark.parametrize("name", sorted(ARGS))
@@ -200,7 +204,7 @@ def test_real_launch_argv(name: str) -> None:
     profile = load_profile(REPO / "profiles" / f"{name}.yaml")
     assert server_args(profile.server) == ARGS[name]
     spec = launch_spec(profile, "dep-1", simulate=False, image="kctl-serve:abc")
-    assert spec.argv == ("python3", "-m", "sglang.launch_server", *ARGS[name])
+    assert spec.argv == ("sglang", "serve", *ARGS[name])
     assert spec.env == ENV[name]
     assert (spec.host, spec.port, spec.image) == ("127.0.0.1", 30000, "kctl-serve:abc")
     assert spec.labels == (
@@ -247,6 +251,7 @@ def test_sim_test_profiles_launch() -> None:
     )  # fmt: skip
     assert spec.env == (
         ("KCTL_SIM_LOAD_S", "20"),
+        ("KCTL_SIM_SGLANG_VERSION", "0.5.10"),
         ("KCTL_SIM_SPEEDUP", "20"),
         ("KDTREE_VERIFY", "1"),
     )

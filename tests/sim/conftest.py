@@ -142,7 +142,8 @@ class Sim:
 @pytest.fixture
 def start_sim(tmp_path: Path) -> Iterator[Any]:
     """Factory: ``start_sim(*args, env={...}, module="kctl.sim")`` starts a simulator with
-    the fast defaults and ``--host 127.0.0.1 --port <free>``; all are stopped afterwards."""
+    the fast defaults and ``--host 127.0.0.1 --port <free>`` (and a model path when
+    ``args`` have none); all are stopped afterwards."""
     sims: list[Sim] = []
 
     def start(
@@ -165,6 +166,8 @@ def start_sim(tmp_path: Path) -> Iterator[Any]:
         log_path = tmp_path / f"sim-{len(sims)}-{port}.log"
         log_file = open(log_path, "wb")  # noqa: SIM115 (closed by Sim.stop)
         argv = [python, "-m", module, "--host", "127.0.0.1", "--port", str(port), *args]
+        if not {"--model-path", "--model"} & set(args):
+            argv += ["--model-path", "/models/sim-model"]  # SGLang requires one
         proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
         sim = Sim(proc=proc, port=port, log_path=log_path, _log_file=log_file)
         sims.append(sim)

@@ -66,7 +66,7 @@ def test_eager_startup_skips_graph_capture(start_sim: Any) -> None:
 
 
 def test_info_endpoints_reflect_args_and_env(start_sim: Any) -> None:
-    sim = start_sim(*KIMI_ARGS, "--enable-foo", "--foo-size", "3", env={"KDTREE_VERIFY": "1"})
+    sim = start_sim(*KIMI_ARGS, "--log-level", "info", env={"KDTREE_VERIFY": "1"})
     log = sim.wait_for_log(READY)
     active = "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10"
     assert active in log and log.index(active) < log.index("Uvicorn running")
@@ -84,7 +84,7 @@ def test_info_endpoints_reflect_args_and_env(start_sim: Any) -> None:
         assert info["verify_path"] == "kdtree" and info["kdtree_verify"] is True
         assert info["env"]["KDTREE_VERIFY"] == "1"
         assert info["version"] == "0.5.10"
-        assert info["unknown_args"] == ["--enable-foo", "--foo-size", "3"]
+        assert info["log_level"] == "info"
         assert info["internal_states"][0]["avg_spec_accept_length"] == 3.0
         assert info["status"] == "up"
     for path in ("/model_info", "/get_model_info"):
@@ -349,3 +349,31 @@ def test_rude_clients_never_print_a_traceback(start_sim: Any) -> None:
     time.sleep(0.5)
     assert sim.request("GET", "/health")[0] == 200
     assert "Traceback" not in sim.log()
+
+
+def test_newest_release_spelling_and_metric_names(start_sim: Any) -> None:
+    # 0.5.23 spells the graph size --cuda-graph-max-bs-decode and reports acceptance as
+    # spec_num_correct_drafts/spec_num_proposed_drafts; low_acceptance keeps the tokens
+    args = [a if a != "--cuda-graph-max-bs" else "--cuda-graph-max-bs-decode" for a in KIMI_ARGS]
+    env = {"KCTL_SIM_SGLANG_VERSION": "0.5.23"}
+    sims = [
+        start_sim(*args, env=env),
+        start_sim(*args, env={**env, "KCTL_SIM_FAULT": "low_acceptance"}),
+    ]
+    params = {"max_new_tokens": 20, "temperature": 0}
+    body = {"input_ids": list(range(64)), "sampling_params": params}
+    metas = []
+    for sim in sims:
+        sim.wait_ready()
+        _, out = sim.generate(body)
+        metas.append((out["output_ids"], out["meta_info"]))
+    (ids, meta), (low_ids, low) = metas
+    assert ids == low_ids
+    assert {k for k in meta if k.startswith("spec_")} == {
+        "spec_verify_ct", "spec_accept_length", "spec_accept_rate",
+        "spec_num_correct_drafts", "spec_num_proposed_drafts",
+    }  # fmt: skip
+    assert (meta["spec_verify_ct"], low["spec_verify_ct"]) == (7, 8)
+    assert low["spec_accept_length"] == pytest.approx(20 / 8)
+    assert low["spec_accept_length"] <= 0.9 * meta["spec_accept_length"]
+    assert sims[0].get_json("/server_info")["version"] == "0.5.23"

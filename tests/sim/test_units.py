@@ -12,14 +12,18 @@ CAL = calibration.load()
 
 
 # -- launch args ---------------------------------------------------------------------------
-def test_args_aliases_and_unknowns() -> None:
+def _parse(argv: list[str], version: str = "0.5.10") -> sim_args.ServerArgs:
+    return sim_args.parse(["--model-path", "/m", *argv], version)
+
+
+def test_args_aliases_and_abbreviations() -> None:
     a = sim_args.parse(
         [
             "--model", "/models/kimi", "--tp", "8", "--attention-backend", "triton",
             "--disable-cuda-graph", "--mem-fraction-static", "0.85", "--trust-remote-code",
             "--speculative-algorithm", "NEXTN", "--speculative-draft-model", "/d",
             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", "4", "--enable-foo", "--bar-size", "7",
+            "--speculative-num-draft-tokens", "4", "--max-running", "7",
         ]
     )  # fmt: skip
     assert a.model_path == "/models/kimi"
@@ -30,11 +34,45 @@ def test_args_aliases_and_unknowns() -> None:
     assert a.speculative_algorithm == "EAGLE"  # SGLang aliases NEXTN to EAGLE
     assert a.speculative_draft_model_path == "/d"
     assert a.num_draft_tokens == 4
-    assert a.unknown_args == ["--enable-foo", "--bar-size", "7"]
+    assert a.max_running_requests == 7  # an abbreviation, as SGLang's parser reads it
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--enable-foo"], "unrecognized arguments: --enable-foo"),
+        (["--attention-backend", "nope"], "invalid choice: 'nope'"),
+        (["--attention-backend", "kdtree"], "invalid choice: 'kdtree'"),  # no plugins
+    ],
+)
+def test_args_the_release_refuses(argv: list[str], message: str) -> None:
+    with pytest.raises(sim_args.ArgsError, match=f"SGLang 0.5.10: .*{message}"):
+        _parse(argv)
+
+
+def test_args_as_the_newest_release_spells_them() -> None:
+    argv = [
+        "--tp-size", "4", "--attention-backend", "kdtree", "--cuda-graph-max-bs-decode", "16",
+    ]  # fmt: skip
+    a = _parse(argv, "0.5.23")
+    assert (a.tp_size, a.attention_backend, a.cuda_graph_max_bs, a.cuda_graphs) == (
+        4, "kdtree", 16, True,
+    )  # fmt: skip
+    eager = ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
+    assert not _parse(eager, "0.5.23").cuda_graphs
+    with pytest.raises(sim_args.ArgsError, match="ambiguous option: --cuda-graph-max-bs"):
+        _parse(["--cuda-graph-max-bs", "16"], "0.5.23")  # what 0.5.23 itself says
+    with pytest.raises(sim_args.ArgsError, match="KCTL_SIM_SGLANG_VERSION: SGLang 0.4.0"):
+        _parse([], "0.4.0")
+
+
+def test_args_model_path_is_required() -> None:
+    with pytest.raises(sim_args.ArgsError, match="required: --model-path"):
+        sim_args.parse([])
 
 
 def test_args_defaults() -> None:
-    a = sim_args.parse([])
+    a = _parse([])
     assert (a.host, a.port, a.tp_size, a.cuda_graphs, a.speculative) == (
         "127.0.0.1", 30000, 1, True, False,
     )  # fmt: skip
@@ -44,11 +82,11 @@ def test_args_defaults() -> None:
 
 def test_args_bad_value_raises() -> None:
     with pytest.raises(sim_args.ArgsError, match="--port"):
-        sim_args.parse(["--port", "eighty"])
+        _parse(["--port", "eighty"])
 
 
 def test_draft_tokens_default_to_steps_plus_one() -> None:
-    a = sim_args.parse(["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5"])
+    a = _parse(["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5"])
     assert a.num_draft_tokens == 6
 
 
@@ -88,7 +126,7 @@ def test_settings_errors_name_the_variable(env: dict[str, str], message: str) ->
 
 # -- verify path ---------------------------------------------------------------------------
 def _choose(argv: list[str], env: dict[str, str]) -> kernel.VerifyChoice:
-    return kernel.choose(sim_args.parse(argv), settings.from_env(env))
+    return kernel.choose(_parse(argv), settings.from_env(env))
 
 
 def test_no_speculative_decoding_declines() -> None:
@@ -112,7 +150,9 @@ def test_only_exactly_1_turns_the_kernel_on() -> None:
 def test_kernel_active_on_triton() -> None:
     c = _choose(["--attention-backend", "triton", *SPEC], {"KDTREE_VERIFY": "1"})
     assert c.path == "kdtree"
-    assert c.line == "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10"
+    assert c.line == (
+        "kdtree-verify: active kernel=kdtree_mla-0.1.0 arch=sm_120 sglang=0.5.10 path=startup-hook"
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,8 +247,9 @@ def test_zero_new_tokens() -> None:
 
 # -- isolation -----------------------------------------------------------------------------
 def test_simulator_imports_only_the_stdlib_and_kctl_sim() -> None:
-    """It is copied into test images alone: no kctl module outside kctl.sim, no third-party
-    package may be imported by any of its modules."""
+    """It is copied into test images with kctl.sglang (the release table) and kctl.errors
+    only: no other kctl module, no third-party package may be imported by any of its
+    modules."""
     import subprocess
     import sys
 
@@ -223,7 +264,47 @@ def test_simulator_imports_only_the_stdlib_and_kctl_sim() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     ours = {m for m in out if m.split(".")[0] == "kctl"}
-    assert ours and all(m == "kctl" or m.startswith("kctl.sim") for m in ours), ours
+    carried = ("kctl.sim", "kctl.sglang", "kctl.errors")
+    assert ours and all(m == "kctl" or m.startswith(carried) for m in ours), ours
     stdlib = sys.stdlib_module_names
     foreign = {m for m in out if m.split(".")[0] not in stdlib and m.split(".")[0] != "kctl"}
     assert not foreign, foreign
+
+
+@pytest.mark.parametrize(
+    ("version", "names"),
+    [
+        ("0.5.10", {"spec_accept_token_num", "spec_draft_token_num"}),
+        ("0.5.11", {"spec_accepted_drafts", "spec_proposed_drafts"}),
+        ("0.5.14", {"spec_accepted_drafts", "spec_proposed_drafts", "spec_num_correct_drafts", "spec_num_proposed_drafts"}),
+        ("0.5.23", {"spec_num_correct_drafts", "spec_num_proposed_drafts"}),
+    ],
+)  # fmt: skip
+def test_spec_fields_are_the_release_own(version: str, names: set[str]) -> None:
+    from kctl.sglang.releases import release
+
+    p = plan.plan_request(
+        calibration=CAL, verify_path="triton", cuda_graphs=True, prompt_tokens=64,
+        cached_tokens=0, max_new_tokens=20, speculative=True, num_draft_tokens=4,
+    )  # fmt: skip
+    fields = plan.spec_fields(release(version).spec_metrics, p)
+    assert set(fields) == {"spec_verify_ct", "spec_accept_length", "spec_accept_rate"} | names
+    assert fields["spec_accept_length"] == pytest.approx(20 / 7)
+    low = plan.spec_fields(release(version).spec_metrics, p, acceptance_factor=0.9)
+    assert low["spec_verify_ct"] == 8
+
+
+def test_kernel_path_by_release() -> None:
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+    env = {"KCTL_SIM_SGLANG_VERSION": "0.5.23"}
+    plugin = kernel.choose(
+        _parse(["--attention-backend", "kdtree", *spec], "0.5.23"), settings.from_env(env)
+    )
+    assert plugin.path == "kdtree"
+    assert plugin.line is not None and plugin.line.endswith("sglang=0.5.23 path=plugin")
+    hook = kernel.choose(
+        _parse(["--attention-backend", "triton", *spec], "0.5.23"),
+        settings.from_env({**env, "KDTREE_VERIFY": "1"}),
+    )
+    assert hook.path == "triton"
+    assert hook.declined_reason is not None and "--attention-backend kdtree" in hook.declined_reason
