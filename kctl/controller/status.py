@@ -164,12 +164,11 @@ def _host(ctx: Context, report: StatusReport, store: Store) -> None:
     recent = store.list_deployments(limit=_HOST_LOOKBACK)
     serving_ref = (report.serving or {}).get("ref")
     open_ids = {t["id"] for t in report.interrupted}
-    if report.in_progress:
-        open_ids.add(report.in_progress["id"])
     owned_ports: set[int] = set()
     for inst in _owned(ctx, recent, report):
         owned_ports.add(inst.port)
-        if inst.ref == serving_ref:
+        # a command running now (it holds the lock) starts and stops servers of its own
+        if inst.ref == serving_ref or report.in_progress is not None:
             continue
         why = (
             "its transaction was interrupted"

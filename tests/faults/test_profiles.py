@@ -48,7 +48,7 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "not-utf8",
         (X + 'description: "caf\xe9"\n').encode("latin-1"),
-        ("cannot read the file", "'utf-8' codec can't decode byte 0xe9"),
+        ("not UTF-8 text (byte 0xe9)", "save the file as UTF-8"),
     ),
     ("empty-file", "", ("the file is empty",)),
     ("top-level-list", "- server\n", ("(top level): must be a mapping",)),
