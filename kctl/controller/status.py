@@ -205,10 +205,21 @@ def _owned(ctx: Context, recent: list[Any], report: StatusReport) -> list[Any]:
     found: list[Any] = []
     for kind in kinds:
         try:
-            found += ctx.runtime(kind).running()
+            found += _running(ctx, kind)
         except Exception as exc:  # noqa: BLE001 - status shows what it can
             report.problems.append(f"cannot list the {kind} runtime's servers: {exc}")
     return found
+
+
+def _running(ctx: Context, kind: str) -> list[Any]:
+    """A runtime's running servers; docker's read from the engine socket without the SDK."""
+    if kind == "docker":
+        from kctl.runtime.docker.lite import running_instances
+
+        light = running_instances(str(ctx.state_dir.resolve()))
+        if light is not None:
+            return light
+    return ctx.runtime(kind).running()
 
 
 def _kind_of(dep: Any) -> str:
