@@ -17,11 +17,37 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from kctl.errors import KctlError
 
+
+class _FlagHelp:
+    """``--help`` drawn as the flag it is (no value type after it)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        opt = super().get_help_option(ctx)  # type: ignore[misc]
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+
+class _Command(_FlagHelp, TyperCommand):
+    pass
+
+
+class _Group(_FlagHelp, TyperGroup):
+    pass
+
+
+def flag(*decls: str, help: str) -> Any:  # noqa: A002 - typer's own name for it
+    """A boolean option given as a plain flag (``--json``), drawn without a value type."""
+    return typer.Option(False, *decls, help=help, metavar="")
+
+
 app = typer.Typer(
     name="kctl",
+    cls=_Group,
     help="Deploy custom GPU kernels into SGLang serving: build, health, throughput gate, "
     "promote or automatically revert.",
     add_completion=False,
@@ -32,7 +58,7 @@ app = typer.Typer(
     "precondition failed, nothing changed; 130 interrupted before anything changed; 1 "
     "internal error.",
 )
-lock_app = typer.Typer(help="Inspect or release the deploy lock.", no_args_is_help=True)
+lock_app = typer.Typer(cls=_Group, help="Inspect or release the deploy lock.", no_args_is_help=True)
 app.add_typer(lock_app, name="lock")
 
 
@@ -51,8 +77,9 @@ OPTS = Options()
 class CliReporter:
     """Progress on stderr: a live line on a terminal, throttled lines otherwise."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, verbose: bool = False) -> None:
         self.quiet = quiet
+        self.verbose = verbose
         self.tty = sys.stderr.isatty()
         self._last = 0.0
         self._live = False
@@ -70,7 +97,12 @@ class CliReporter:
         self._end_live()
         print(f"kctl: warning: {message}", file=sys.stderr, flush=True)
 
-    def progress(self, message: str) -> None:
+    def progress(self, message: str, detail: str = "") -> None:
+        if detail and (self.tty or self.verbose):
+            message = f"{message}: {detail}"
+        if self.verbose and not self.tty:
+            print(f"kctl: {message}", file=sys.stderr, flush=True)
+            return
         if self.tty:
             sys.stderr.write("\r\033[K" + message[:200])
             sys.stderr.flush()
@@ -91,7 +123,7 @@ def _context() -> Any:
     return Context(
         state_dir=backend.state_dir(root),
         backend=backend,
-        reporter=CliReporter(quiet=OPTS.json),
+        reporter=CliReporter(quiet=OPTS.json, verbose=OPTS.verbose),
     )
 
 
@@ -114,10 +146,11 @@ def _globals(
         envvar="KCTL_STATE_DIR",
         help="Where kctl keeps its store, lock and logs (default: $XDG_STATE_HOME/kctl).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print one versioned JSON envelope."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Tracebacks on errors."),
-    simulate: bool = typer.Option(
-        False,
+    json_out: bool = flag("--json", help="Print one versioned JSON envelope on stdout."),
+    verbose: bool = flag(
+        "--verbose", "-v", help="Tracebacks on errors, and every health-poll miss."
+    ),
+    simulate: bool = flag(
         "--simulate",
         help="Run on the local runtime with the SGLang simulator, in the state dir's "
         "simulate/ namespace; never touches a real deployment.",
@@ -126,15 +159,33 @@ def _globals(
     OPTS.state_dir, OPTS.json, OPTS.verbose, OPTS.simulate = state_dir, json_out, verbose, simulate
 
 
-@app.command()
+_DEPLOY_EXITS = (
+    "Exit codes: 0 promoted (or the profile already serves); 2 invalid profile or "
+    "arguments, nothing touched; 3 candidate rejected, the known-good baseline restored and "
+    "verified; 4 DEGRADED: restoring the baseline failed, run `kctl rollback`; 5 a "
+    "precondition failed (lock held, port taken, image build failed, store unreadable), "
+    "nothing changed; 130 interrupted before anything changed."
+)
+
+
+@app.command(cls=_Command, epilog=_DEPLOY_EXITS)
 def deploy(
     profile: str = typer.Argument(..., help="Profile YAML to deploy."),
-    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild the image even if unchanged."),
-    force: bool = typer.Option(
-        False, "--force", help="Deploy even if this profile already serves."
-    ),
+    rebuild: bool = flag("--rebuild", help="Rebuild the image even if unchanged."),
+    force: bool = flag("--force", help="Deploy even if this profile already serves."),
 ) -> None:
-    """Deploy PROFILE: health, throughput + correctness gate, promote or revert."""
+    """Deploy PROFILE: health, throughput + correctness gate, promote or revert.
+
+    On the host: builds the serving image (docker runtime) before anything stops; measures
+    the known-good baseline (or reuses a fresh stored measurement of it); stops what serves
+    on the profile's port; starts the candidate, waits for its health and gates it against
+    the baseline. PASS: the candidate serves. Anything else (FAIL, unhealthy, an error,
+    SIGINT/SIGTERM): the candidate is stopped and the known-good baseline started again and
+    verified.
+
+    State: the store (kctl.db), the deploy lock, server logs and image builds live in
+    --state-dir (default $XDG_STATE_HOME/kctl; --simulate uses its simulate/ subdirectory).
+    """
     from kctl.controller.deploy import deploy as run
     from kctl.render import deploy_text
 
@@ -144,7 +195,7 @@ def deploy(
     _emit("deploy", result, deploy_text(result))
 
 
-@app.command()
+@app.command(cls=_Command)
 def rollback(
     to: str | None = typer.Option(None, "--to", help="Deployment id to restore."),
 ) -> None:
@@ -155,7 +206,7 @@ def rollback(
     _emit("rollback", result, f"{result['outcome'].upper()}: {result['reason']}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def status() -> None:
     """What serves now (checked against reality), its health, and the last gate table.
     Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down)."""
@@ -167,7 +218,7 @@ def status() -> None:
     _emit("status", report, status_text(report), exit_code=code)
 
 
-@app.command()
+@app.command(cls=_Command)
 def history(
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="At most N deployments."),
 ) -> None:
@@ -179,7 +230,7 @@ def history(
     _emit("history", rows, history_text(rows))
 
 
-@app.command()
+@app.command(cls=_Command)
 def bench(profile: str | None = typer.Argument(None, help="Profile whose gate to run.")) -> None:
     """Run a gate workload against what serves now; stored, no deploy."""
     from kctl.controller.bench import bench as run
@@ -189,7 +240,7 @@ def bench(profile: str | None = typer.Argument(None, help="Profile whose gate to
     _emit("bench", result, text)
 
 
-@app.command()
+@app.command(cls=_Command)
 def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
     """Everything deploy would do (profile, argv/env, gate, image); changes nothing."""
     from kctl.controller.plan import plan as run
@@ -226,7 +277,7 @@ def _duration(seconds: float | None) -> str:
     return f"about {seconds:.0f} s (from the baseline's stored measurement)"
 
 
-@app.command()
+@app.command(cls=_Command)
 def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.")) -> None:
     """Validate profiles; every problem with its file, field and fix."""
     from kctl.errors import ProfileError
@@ -248,7 +299,7 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
     _emit("validate", results, text, exit_code=2 if problems else 0)
 
 
-@app.command()
+@app.command(cls=_Command)
 def schema() -> None:
     """Print the JSON Schema of a profile file, for editors (with --json: in the envelope)."""
     from kctl.profile.schema import profile_schema
@@ -257,7 +308,7 @@ def schema() -> None:
     _emit("schema", result, json.dumps(result, indent=2))
 
 
-@app.command()
+@app.command(cls=_Command)
 def logs(
     deployment: str | None = typer.Argument(
         None, help="Deployment id (default: the one that serves now)."
@@ -271,10 +322,10 @@ def logs(
     _emit("logs", {"log": text}, text)
 
 
-@app.command()
+@app.command(cls=_Command)
 def build(
     profile: str = typer.Argument(..., help="Profile YAML whose serving image to build."),
-    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild even if unchanged."),
+    rebuild: bool = flag("--rebuild", help="Rebuild even if unchanged."),
 ) -> None:
     """Build the profile's serving image (content-addressed; skipped when unchanged)."""
     from kctl.controller.maintenance import build as run
@@ -285,7 +336,7 @@ def build(
     _emit("build", result, f"image {result['image']}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def gc(
     retain: int | None = typer.Option(
         None, "--retain", min=0, help="Stopped containers to keep (default: 3)."
@@ -303,8 +354,8 @@ def gc(
     )
 
 
-@app.command()
-def stop(yes: bool = typer.Option(False, "--yes", help="Confirm taking the service down.")) -> None:
+@app.command(cls=_Command)
+def stop(yes: bool = flag("--yes", help="Confirm taking the service down.")) -> None:
     """Stop what serves (`kctl rollback` brings the known-good back)."""
     from kctl.controller.maintenance import stop as run
 
@@ -317,7 +368,7 @@ def stop(yes: bool = typer.Option(False, "--yes", help="Confirm taking the servi
     )
 
 
-@lock_app.command("show")
+@lock_app.command("show", cls=_Command)
 def lock_show() -> None:
     """Who holds the deploy lock, and whether it is stale."""
     from kctl.lock import DeployLock
@@ -328,9 +379,17 @@ def lock_show() -> None:
     _emit("lock show", data, text)
 
 
-@lock_app.command("release")
-def lock_release(force: bool = typer.Option(False, "--force", help="Release a live lock.")) -> None:
-    """Release the deploy lock (a live one only with --force)."""
+@lock_app.command("release", cls=_Command)
+def lock_release(
+    force: bool = flag(
+        "--force",
+        help="Also release a lock held from another host, or a lock file that cannot be "
+        "read. A kctl running on this host is never forced out.",
+    ),
+) -> None:
+    """Release the deploy lock when its holder is gone (a stale lock of a kctl that died
+    on this host). --force also releases another host's lock or an unreadable lock file;
+    a kctl that runs on this host is never forced out: stop it first."""
     from kctl.lock import DeployLock
 
     released = DeployLock(_context().state_dir).release(force=force)
@@ -476,7 +535,7 @@ def _report_error(command: str, exc: KctlError) -> None:
         if result is not None:
             from kctl.render import deploy_text
 
-            print(deploy_text(result))
+            print(deploy_text(result, reason=False))  # the error line below says why
         if isinstance(exc, CandidateRejected) and exc.log_tail:
             print("last log lines:\n" + exc.log_tail, file=sys.stderr)
         print(f"kctl: error: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ Hierarchy (exit code in brackets)::
     │       ├── StoreCorrupt [5]
     │       └── DeploymentNotFound [2]   no deployment has the id a user named (also a UsageError)
     ├── HealthFailed [1]                 internal to a deploy: the server never became healthy
+    │   └── ServerExited [1]             the server exited after it was healthy (during the gate)
     ├── GateError [1]                    internal to a deploy: the gate could not run
     ├── GateRejected [3]                 internal to a deploy: the verdict says do not promote
     ├── ServerError [1]                  an SGLang server did not answer as asked (kctl.sglang.client)
@@ -175,6 +176,21 @@ class HealthFailed(KctlError):
         self.matched_line = matched_line
         self.log_tail = log_tail
         self.instance = instance
+
+
+class ServerExited(HealthFailed):
+    """A server that had become healthy exited (during the gate or a measurement).
+    ``detail`` is how it ended (``killed by signal 9``, ``exited with code 1``)."""
+
+    def __init__(self, deployment_id: str, detail: str, *, phase: str, log_tail: str = "") -> None:
+        super().__init__(
+            f"the server of {deployment_id} exited during the {phase} ({detail})",
+            phase=phase,
+            log_tail=log_tail,
+            hint="the log tail below shows why; `kctl logs` shows all of it",
+        )
+        self.deployment_id = deployment_id
+        self.detail = detail
 
 
 class GateError(KctlError):

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kctl.errors import HealthFailed, KctlError, ServerError
+from kctl.errors import HealthFailed, KctlError, ServerBadStatus, ServerError
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, Runtime
 from kctl.sglang.client import SGLangClient, short
@@ -45,18 +45,26 @@ FATAL_PATTERNS: tuple[str, ...] = (
     r"NCCL error",
     r"Traceback \(most recent call last\):",
 )
+#: the start of a Python traceback: the exception it ends with says more than this line
+TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 #: the kernel activation contract (issue 5): one line each, anywhere in a log line
 KERNEL_ACTIVE = re.compile(r"kdtree-verify: active\b")
 KERNEL_DECLINED = re.compile(r"kdtree-verify: declined\b")
 #: lines a runtime writes into the log itself (the local runtime's start banner quotes the
 #: whole command line, which must not be mistaken for the server's output)
 RUNTIME_LINE_PREFIX = "--- kctl:"
+#: the line a runtime writes before each start: a log appended to by several starts of one
+#: deployment is read from its last one
+RUNTIME_START_PREFIX = RUNTIME_LINE_PREFIX + " starting "
 #: SGLang's readiness line, recorded in the report when seen
 READY_LINE = "The server is fired up and ready to roll!"
 
 #: the prompt of the generation probe: a few ordinary ids, valid in any real vocabulary
 GENERATION_PROBE_IDS = (1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000)
 GENERATION_PROBE_TOKENS = 4
+#: a server that is up but answers this many HTTP 5xx errors in a row (other than 503, which
+#: SGLang answers while it warms up) is failing, not starting: the wait stops there
+SERVER_ERRORS_MAX = 5
 #: how many log lines a HealthFailed carries
 LOG_TAIL_LINES = 30
 #: after a successful generation, how long the activation line may still take to show up
@@ -80,8 +88,15 @@ class HealthProgress:
     attempt: int
     detail: str = ""
 
+    def summary(self, unit: str = "s") -> str:
+        """The phase, time spent of the deadline (in ``unit``) and the try, without why
+        the previous try missed."""
+        return (
+            f"{self.phase} ({self.elapsed_s:.0f}/{self.deadline_s:.0f} {unit}, try {self.attempt})"
+        )
+
     def __str__(self) -> str:
-        text = f"{self.phase} ({self.elapsed_s:.0f}/{self.deadline_s:.0f} s, try {self.attempt})"
+        text = self.summary()
         return f"{text}: {self.detail}" if self.detail else text
 
 
@@ -132,9 +147,32 @@ class _NotYet(KctlError):
         self.detail = detail
 
 
+class _ServerFailing(_NotYet):
+    """An attempt got an HTTP error that a starting server does not answer (5xx but 503)."""
+
+    def __init__(self, exc: ServerBadStatus) -> None:
+        super().__init__(exc.message)
+        self.status = exc.status
+        self.body = exc.body
+
+
+def _not_yet(exc: ServerError) -> _NotYet:
+    if isinstance(exc, ServerBadStatus) and exc.status >= 500 and exc.status != 503:
+        return _ServerFailing(exc)
+    return _NotYet(exc.message)
+
+
 def _probe_host(host: str) -> str:
     """Where to connect for a server bound to ``host``: a wildcard bind is probed on loopback."""
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _last_start(lines: list[str]) -> int:
+    """The index of the runtime's last start banner in ``lines`` (0 when there is none)."""
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(RUNTIME_START_PREFIX):
+            return i
+    return 0
 
 
 class _LogWatch:
@@ -156,6 +194,8 @@ class _LogWatch:
         self.kernel_line: str | None = None
         self.ready = False
         self.recent: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        #: a traceback's first line, until the exception line that ends it is logged
+        self.traceback: str | None = None
 
     def tail(self) -> str:
         try:
@@ -174,11 +214,20 @@ class _LogWatch:
             complete = len(lines) if final else max(len(lines) - 1, 0)
         if complete < self.scanned:  # the log was truncated or rotated: start over
             self.scanned = 0
+        if self.scanned == 0:
+            # a log that earlier starts appended to: only this start's lines count
+            self.scanned = _last_start(lines[:complete])
+        pending = self.traceback
         for line in lines[self.scanned : complete]:
             self.recent.append(line)
             self.scanned += 1
             if not line.startswith(RUNTIME_LINE_PREFIX):
                 self._check(line.rstrip("\r"), phase)
+        # a traceback whose exception line never came (the process ended, or one more scan
+        # went by) is reported by its first line
+        if self.traceback is not None and (final or pending is not None):
+            line = self.traceback
+            raise self._fail(f"fatal log line during {phase}: {line.strip()}", phase, line)
 
     def _fail(self, message: str, phase: str, line: str, hint: str | None = None) -> HealthFailed:
         return HealthFailed(
@@ -186,6 +235,12 @@ class _LogWatch:
         )
 
     def _check(self, line: str, phase: str) -> None:
+        if self.traceback is not None and line[:1] not in (" ", "\t", ""):
+            # the first unindented line after a traceback is its exception: report that
+            raise self._fail(f"fatal log line during {phase}: {line.strip()}", phase, line)
+        if TRACEBACK.search(line):
+            self.traceback = line
+            return
         if self.fatal.search(line):
             raise self._fail(f"fatal log line during {phase}: {line.strip()}", phase, line)
         if READY_LINE in line:
@@ -224,7 +279,7 @@ def _health_ok(client: SGLangClient, timeout_s: float) -> None:
     try:
         client.health(timeout_s)
     except ServerError as exc:
-        raise _NotYet(exc.message) from None
+        raise _not_yet(exc) from None
 
 
 def _generation_ok(client: SGLangClient, timeout_s: float) -> None:
@@ -235,7 +290,7 @@ def _generation_ok(client: SGLangClient, timeout_s: float) -> None:
     try:
         obj = client.generate(payload, timeout_s)
     except ServerError as exc:
-        raise _NotYet(exc.message) from None
+        raise _not_yet(exc) from None
     meta = obj.get("meta_info") or {}
     if not obj.get("output_ids") and not meta.get("completion_tokens"):
         raise _NotYet(f"POST /generate: no tokens generated: {short(json.dumps(obj))}")
@@ -315,6 +370,8 @@ class _Wait:
         self.watch = _LogWatch(runtime, instance, spec.fatal_patterns, verify_kernel)
         #: the restart count seen first; a later increase is a crash
         self.restarts: int | None = None
+        #: HTTP errors of a failing server in a row (see SERVER_ERRORS_MAX)
+        self.server_errors = 0
 
     def check_process(self, phase: str) -> None:
         state = self.runtime.state(self.instance)
@@ -365,7 +422,9 @@ class _Wait:
                 probe(min(self.spec.request_timeout_s, remaining))
             except _NotYet as exc:
                 last[0] = exc.detail
+                self.count_error(phase, exc)
                 raise
+            self.server_errors = 0
 
         def wait(rs: RetryCallState) -> float:
             # backoff from poll/8 doubling to poll, never sleeping past the deadline
@@ -384,6 +443,22 @@ class _Wait:
         except _NotYet as exc:
             raise self._stuck(phase, exc.detail) from None
         return PhaseTiming(phase, self.clock() - t0, tries[0])
+
+    def count_error(self, phase: str, exc: _NotYet) -> None:
+        """Count a failing server's answers; HealthFailed once there were too many in a row."""
+        if not isinstance(exc, _ServerFailing):
+            self.server_errors = 0
+            return
+        self.server_errors += 1
+        if self.server_errors < SERVER_ERRORS_MAX:
+            return
+        raise HealthFailed(
+            f"the server is up but failing: {self.server_errors} HTTP {exc.status} answers "
+            f"in a row during {phase}: {exc.detail}",
+            phase=phase,
+            log_tail=self.watch.tail(),
+            hint="the answer's body above and the log tail below say why; `kctl logs` shows all",
+        )
 
     def _stuck(self, phase: str, detail: str) -> HealthFailed:
         if phase == "kernel":

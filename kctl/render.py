@@ -117,18 +117,22 @@ def envelope(
     )
 
 
-def deploy_text(result: dict[str, Any]) -> str:
+def deploy_text(result: dict[str, Any], *, reason: bool = True) -> str:
+    """A deploy's result for humans; ``reason=False`` when the error line says it."""
     lines = []
     if result.get("table"):
         lines += [result["table"], ""]
     outcome = result["outcome"].upper()
     lines.append(f"{outcome}: {result['profile']} ({result['deployment_id']})")
-    lines.append(f"  reason: {result['reason']}")
+    if reason:
+        lines.append(f"  reason: {result['reason']}")
     if result.get("serving"):
         lines.append(f"  serving: {result['serving']}")
     timings = result.get("timings") or {}
     if timings:
-        lines.append("  timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+        lines.append(
+            "  timings (wall clock): " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+        )
     for w in result.get("warnings") or []:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
@@ -170,10 +174,13 @@ def status_text(report: dict[str, Any]) -> str:
         ]
         if gate.get("timings"):
             lines.append(
-                "  timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in gate["timings"].items())
+                "  timings (wall clock): "
+                + ", ".join(f"{k} {v:.1f}s" for k, v in gate["timings"].items())
             )
         if report.get("last_gate_table"):
             lines += [report["last_gate_table"]]
+    for server in report.get("unmanaged") or []:
+        lines.append(f"! {server['note']}")
     for problem in report.get("problems") or []:
         lines.append(f"! {problem}")
     return "\n".join(lines)

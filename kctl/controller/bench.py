@@ -4,12 +4,14 @@ replaces the server under it."""
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
 from kctl.controller.host import changing_host
 from kctl.controller.recover import serving_now
+from kctl.controller.signals import InterruptGuard
 from kctl.errors import PreconditionFailed
 
 if TYPE_CHECKING:
@@ -58,13 +60,16 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
             )
         gate_profile = common.load(profile_path) if profile_path else serving_profile
         fp = common.fingerprint(ctx, gate_profile, serving_profile)
-        meas = measure(
-            common.endpoint_of(serving_profile),
-            plan_workload(gate_profile.gate),
-            fingerprint=fp,
-            progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
-            clock=ctx.gate_clock(serving_profile),
-        )
+        # a SIGINT is an Interrupted (exit 130, nothing stored) wherever it lands; SIGTERM
+        # keeps its default action (bench changes nothing that needs undoing)
+        with InterruptGuard(signals=(signal.SIGINT,)):
+            meas = measure(
+                common.endpoint_of(serving_profile),
+                plan_workload(gate_profile.gate),
+                fingerprint=fp,
+                progress=lambda p: ctx.reporter.progress(f"bench: {p}"),
+                clock=ctx.gate_clock(serving_profile),
+            )
         store.save_measurement(
             deployment_id=dep.id,
             profile_hash=serving_profile.content_hash,

@@ -57,10 +57,15 @@ def launch_spec_for(
 
 
 def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Profile) -> Any:
+    """Wait for ``instance`` under the profile's health deadline, read on the backend's
+    clock: a simulated server's deadline passes as fast as its simulated time does."""
     from kctl.health import wait_healthy as _wait
 
+    # the deadline reads simulated time under a compressing backend: say so
+    unit = "s" if ctx.backend.time_scale(profile) == 1.0 else "simulated s"
+
     def show(p: Any) -> None:
-        ctx.reporter.progress(f"health {instance.deployment_id}: {p}")
+        ctx.reporter.progress(f"health {instance.deployment_id}: {p.summary(unit)}", p.detail)
 
     return _wait(
         runtime,
@@ -69,6 +74,8 @@ def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Pr
         host=profile.server.host,
         port=profile.server.port,
         verify_kernel=profile.server.verify_kernel,
+        clock=ctx.scaled_clock(profile),
+        sleep=ctx.scaled_sleep(profile),
         progress=show,
     )
 

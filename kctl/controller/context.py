@@ -27,7 +27,9 @@ class Reporter(Protocol):
 
     def warn(self, message: str) -> None: ...
 
-    def progress(self, message: str) -> None: ...
+    def progress(self, message: str, detail: str = "") -> None:
+        """A progress line; ``detail`` is an expected miss (a poll that found the port
+        still closed): shown live on a terminal, else only when asked for (--verbose)."""
 
 
 class NullReporter:
@@ -37,8 +39,12 @@ class NullReporter:
     def warn(self, message: str) -> None:
         pass
 
-    def progress(self, message: str) -> None:
+    def progress(self, message: str, detail: str = "") -> None:
         pass
+
+
+#: the shortest wall-clock sleep between polls under compressed time
+MIN_POLL_S = 0.02
 
 
 def default_state_dir() -> Path:
@@ -65,10 +71,24 @@ class Context:
         """The clock the gate times requests with, at real-time scale (a backend that
         compresses time has its clock stretched back, so rates, TTFTs and gate timings are
         comparable with figures measured on a host)."""
+        return self.scaled_clock(profile)
+
+    def scaled_clock(self, profile: Profile) -> Callable[[], float]:
+        """A monotonic clock at real-time scale while ``profile`` runs: deadlines (health)
+        and timings (gate) read on it pass as fast as the backend's time does."""
         scale = self.backend.time_scale(profile)
         if scale == 1.0:
             return self.monotonic
         return lambda: self.monotonic() * scale
+
+    def scaled_sleep(self, profile: Profile) -> Callable[[float], None]:
+        """A sleep of real-time-scale seconds (the pair of :meth:`scaled_clock`); never
+        shorter than :data:`MIN_POLL_S` of wall time for a wait that asked more, so a
+        compressed poll interval does not spin."""
+        scale = self.backend.time_scale(profile)
+        if scale == 1.0:
+            return self.sleep
+        return lambda s: self.sleep(max(s / scale, min(s, MIN_POLL_S)))
 
     def open_store(self, *, read_only: bool = False) -> Store:
         from kctl.store import Store

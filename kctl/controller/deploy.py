@@ -36,6 +36,7 @@ from kctl.errors import (
     PreconditionFailed,
     PreflightFailed,
     RevertAborted,
+    ServerExited,
 )
 
 if TYPE_CHECKING:
@@ -107,10 +108,32 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
                 serving=dep.id,
                 warnings=host.warnings,
             )
-        _preflight(ctx, runtime, candidate, serving)
+        try:
+            _preflight(ctx, runtime, candidate, serving)
+        except PreflightFailed as exc:
+            _record_refusal(host.store, runtime, candidate, serving, exc)
+            raise
         return _Deploy(host, runtime, candidate, baseline).run(
             plan_deploy(candidate, baseline, seen), serving
         )
+
+
+def _record_refusal(
+    store: Store,
+    runtime: Runtime,
+    candidate: Profile,
+    serving: tuple[Deployment, Instance] | None,
+    exc: PreflightFailed,
+) -> None:
+    """A deploy refused before any change is kept in the history (status failed), so
+    ``kctl status`` knows the port it was refused on and ``history`` says why."""
+    dep = store.new_deployment(
+        kind="deploy",
+        profile=candidate,
+        runtime=runtime.name,
+        parent_id=serving[0].id if serving else None,
+    )
+    store.update_deployment(dep.id, status="failed", reason=exc.message, exit_code=5)
 
 
 def _preflight(
@@ -212,6 +235,10 @@ class _Deploy:
 
     def _fail(self, plan: Plan, exc: BaseException) -> NoReturn:
         st = self.ex.state
+        if st.changed:
+            # from here on a signal is a signal during the revert (tolerated once when a
+            # failure started it), also while the failure is still being described
+            self.ex.begin_revert(exc)
         reason, gate, table = _describe(exc)
         if st.failed_step is not None and st.failed_step.about_baseline and self.baseline:
             reason = (
@@ -219,14 +246,15 @@ class _Deploy:
             )
         if not st.changed:
             self._failed_unchanged(exc, reason)
-        self.ctx.reporter.warn(f"{reason}; reverting")
+        # the reason in full is the final error line; here only what happened
+        self.ctx.reporter.warn(f"{reason.partition(': ')[0]}; reverting")
         try:
             self.ex.revert(plan, exc)
         except RevertAborted as abort:
             self._record_degraded(f"{reason}; then {abort}", status="aborted")
             raise Degraded(
-                f"revert aborted by a second {abort.signal_name}: the known-good baseline is "
-                "NOT verified serving (DEGRADED)",
+                f"{reason}; revert aborted by a second {abort.signal_name}: the "
+                "known-good baseline is NOT verified serving (DEGRADED)",
                 hint="run `kctl rollback` to restore the known-good baseline",
             ) from exc
         except RevertFailed as failed:
@@ -303,10 +331,15 @@ class _Deploy:
 def _describe(exc: BaseException) -> tuple[str, dict[str, Any] | None, str | None]:
     if isinstance(exc, GateRejected):
         return f"gate {exc.verdict}: {exc.reason}", exc.gate, exc.table
+    if isinstance(exc, ServerExited):
+        return exc.message, None, None
     if isinstance(exc, HealthFailed):
         matched = (exc.matched_line or "").strip()
-        line = f" (log: {matched})" if matched and matched not in exc.message else ""
-        return f"health failed in phase {exc.phase}: {exc.message}{line}", None, None
+        if matched:
+            # a log line ended the wait: it says what happened, whatever kctl was probing
+            line = f" (log: {matched})" if matched not in exc.message else ""
+            return f"health failed: {exc.message}{line}", None, None
+        return f"health failed in phase {exc.phase}: {exc.message}", None, None
     if isinstance(exc, Interrupted):
         return f"interrupted by {exc.signal_name}", None, None
     if isinstance(exc, KctlError):

@@ -37,7 +37,15 @@ from kctl.controller.steps import (
     StopServing,
     WaitHealthy,
 )
-from kctl.errors import GateError, GateRejected, HealthFailed, Interrupted, KctlError
+from kctl.errors import (
+    GateError,
+    GateRejected,
+    HealthFailed,
+    Interrupted,
+    KctlError,
+    ServerExited,
+)
+from kctl.health import LOG_TAIL_LINES
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -104,13 +112,19 @@ class Executor:
         caused it. Raises RevertAborted (the second signal) or :class:`RevertFailed`."""
         from kctl.errors import RevertAborted
 
-        self.guard.begin_revert(tolerate=0 if isinstance(cause, Interrupted) else 1)
+        if not self.guard.reverting:
+            self.begin_revert(cause)
         try:
             self.run_steps(plan.revert)
         except RevertAborted:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the revert is DEGRADED
             raise RevertFailed(exc) from exc
+
+    def begin_revert(self, cause: BaseException) -> None:
+        """Signals count as signals during the revert from now on: a revert a signal
+        started is aborted by the next one, one a failure started only by a second."""
+        self.guard.begin_revert(tolerate=0 if isinstance(cause, Interrupted) else 1)
 
     def _deferred(self, signal_name: str) -> None:
         self.ctx.reporter.warn(
@@ -160,8 +174,11 @@ class Executor:
 
     def _stop(self, instance: Instance, why: str) -> None:
         self.ctx.reporter.event(f"stopping {instance.deployment_id} ({why})")
+        # recorded before the stop: a stop that a signal cut short has still told the
+        # server to exit, and a revert must not wait for the health of a server that exits
+        if instance.deployment_id not in self.state.stopped:
+            self.state.stopped.append(instance.deployment_id)
         self.runtime.stop(instance, self._stop_timeout(instance))
-        self.state.stopped.append(instance.deployment_id)
 
     # -- the steps -----------------------------------------------------------------------
 
@@ -267,6 +284,7 @@ class Executor:
             fingerprint=fp,
             progress=self._gate_progress,
             clock=self.ctx.gate_clock(cand),
+            alive=self._alive_check(step.role, "measurement"),
         )
         self.store.save_measurement(
             deployment_id=owner, profile_hash=measured.content_hash, fingerprint=fp,
@@ -294,6 +312,26 @@ class Executor:
         self.ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
         return Measurement.from_dict(data)
 
+    def _alive_check(self, role: Role, phase: str) -> Callable[[], None]:
+        """Raises :class:`~kctl.errors.ServerExited` once the server of ``role`` (started
+        by this plan) is no longer running; checks nothing for one it did not start."""
+        instance = self.state.instances.get(role)
+        if instance is None:
+            return lambda: None
+        runtime = self.runtime
+
+        def alive() -> None:
+            state = runtime.state(instance)
+            if state.running:
+                return
+            try:
+                tail = runtime.logs(instance, tail=LOG_TAIL_LINES).rstrip("\n")
+            except KctlError:
+                tail = ""
+            raise ServerExited(instance.deployment_id, state.detail, phase=phase, log_tail=tail)
+
+        return alive
+
     def _gate_progress(self, p: Any) -> None:
         self.ctx.reporter.progress(f"gate: {p}")
 
@@ -309,13 +347,13 @@ class Executor:
             cand.gate.policy,
             progress=self._gate_progress,
             clock=self.ctx.gate_clock(cand),
+            alive=self._alive_check("candidate", "gate"),
         )
         report = self.state.health.get("candidate")
         if report is not None:
-            # the candidate's health phases belong in the verdict's timings line, on the
-            # same (real-time) scale as the gate's own timings
-            scale = self.ctx.backend.time_scale(cand)
-            health = tuple((k, v * scale) for k, v in report.timings())
+            # the candidate's health phases belong in the verdict's timings line; the health
+            # wait read the backend's clock, the same (real-time) scale as the gate's own
+            health = report.timings()
             result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
         st = self.state
         st.gate = result.to_dict()
@@ -380,9 +418,11 @@ class Executor:
         dep, profile = target
         self.state.target = target
         live = serving_now(self.store, self.runtime)
-        if live is not None and live[0].id == dep.id:
+        if live is not None and live[0].id == dep.id and dep.id not in self.state.stopped:
             common.wait_healthy(self.ctx, self.runtime, live[1], profile)
         else:
+            if live is not None and live[0].id == dep.id:
+                self._stop(live[1], "its stop was interrupted; restarting it")
             self.store.set_serving(None)
             self._start(StartServer(role="target", profile=profile.name, why=self.txn_kind))
             self._wait_healthy(WaitHealthy(role="target", profile=profile.name, deadline_s=0))

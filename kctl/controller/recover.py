@@ -68,18 +68,42 @@ def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) ->
             _close_record(store, txn_id, f"kctl was interrupted{where}", resolver)
         store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")
         notes.append(f"deployment {txn_id} was interrupted{where}; {now}")
+    notes += _close_unjournalled(store, resolver)
+    return notes
+
+
+#: how many recent records are checked for ones a killed kctl left unfinished
+_UNFINISHED_LOOKBACK = 200
+
+
+def _close_unjournalled(store: Store, resolver: str) -> list[str]:
+    """Close records still in progress that have no open transaction: a kctl killed after
+    writing its record and before journalling its first step. Under the lock, no other
+    command is running, so nothing in progress is alive."""
+    from kctl.store.records import TERMINAL_STATUSES
+
+    notes = []
+    for dep in store.list_deployments(limit=_UNFINISHED_LOOKBACK):
+        if dep.status in TERMINAL_STATUSES:
+            continue
+        store.update_deployment(
+            dep.id,
+            status="interrupted",
+            exit_code=4,
+            reason=f"kctl was interrupted before its first step; reconciled by {resolver}",
+        )
+        notes.append(f"deployment {dep.id} was interrupted before its first step")
     return notes
 
 
 def _close_record(store: Store, txn_id: str, what: str, resolver: str) -> None:
     """Mark the record of an interrupted transaction. One that already ended (a revert
-    aborted or failed: DEGRADED) keeps its status and reason, and gets the resolver's note
-    added; one still in progress becomes interrupted."""
+    aborted or failed: DEGRADED) is left as it is (the resolver's own record says what it
+    did; the journal says it was reconciled); one still in progress becomes interrupted."""
     from kctl.store.records import TERMINAL_STATUSES
 
     dep = store.get_deployment(txn_id)
     if dep.status in TERMINAL_STATUSES:
-        store.update_deployment(txn_id, reason=f"{dep.reason}; reconciled by {resolver}")
         return
     store.update_deployment(
         txn_id, status="interrupted", exit_code=4, reason=f"{what}; reconciled by {resolver}"

@@ -41,6 +41,13 @@ class RollbackResult:
 def rollback(
     ctx: Context, to: str | None = None, *, runtime_kind: str | None = None
 ) -> RollbackResult:
+    if not (ctx.state_dir / "kctl.db").is_file():
+        # a mistyped --state-dir must not become a new, empty state dir
+        raise PreconditionFailed(
+            f"no kctl state in {ctx.state_dir}: nothing was ever deployed from it, "
+            "so there is nothing to roll back to",
+            hint="check --state-dir (or XDG_STATE_HOME); `kctl status` shows the state dir in use",
+        )
     store = ctx.open_store()
     try:
         target = store.get_deployment(to) if to is not None else store.last_known_good()

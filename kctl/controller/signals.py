@@ -21,14 +21,19 @@ from typing import Any
 
 from kctl.errors import Interrupted, RevertAborted
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class InterruptGuard:
     """Context manager installing the handlers (main thread only; elsewhere it is inert).
     ``on_deferred`` is told of a signal that a revert tolerates (to say so on stderr)."""
 
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, on_deferred: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_deferred: Callable[[str], None] | None = None,
+        signals: tuple[signal.Signals, ...] = _SIGNALS,
+    ) -> None:
+        self.signals = signals
         self.reverting = False
         self.tolerate = 0
         self.received: list[str] = []
@@ -42,7 +47,7 @@ class InterruptGuard:
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
-            for sig in self._SIGNALS:
+            for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -25,8 +25,12 @@ class StatusReport:
     in_progress: dict[str, Any] | None = None
     degraded: str | None = None
     lock: dict[str, Any] | None = None
-    unmanaged: list[str] = field(default_factory=list)
+    #: servers found on the host that the store does not say serve: ``deployment`` (None
+    #: for one kctl did not start), ``port``, ``process`` and ``note``
+    unmanaged: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: the last gate table's rows as data (see :func:`kctl.gate.report.gate_rows`)
+    last_gate_rows: list[dict[str, Any]] | None = None
 
     @property
     def needs_attention(self) -> bool:
@@ -37,7 +41,10 @@ class StatusReport:
         return {**self.__dict__, "needs_attention": self.needs_attention}
 
 
-def _dep_summary(dep: Any) -> dict[str, Any]:
+def _dep_summary(dep: Any, serving_id: str | None = None) -> dict[str, Any]:
+    """A record for ``status`` and ``history``. ``parent_id``: the deployment a deploy
+    replaced, or the one a rollback restored; ``serving``: whether it serves now (the
+    store's pointer)."""
     return {
         "id": dep.id,
         "profile": dep.profile_name,
@@ -48,6 +55,8 @@ def _dep_summary(dep: Any) -> dict[str, Any]:
         "reason": dep.reason,
         "started_at": dep.started_at,
         "ended_at": dep.ended_at,
+        "parent_id": dep.parent_id,
+        "serving": serving_id is not None and dep.id == serving_id,
     }
 
 
@@ -80,8 +89,9 @@ def status(ctx: Context) -> StatusReport:
         _serving(ctx, report, store)
         known = store.last_known_good()
         if known is not None:
-            report.known_good = _dep_summary(known)
+            report.known_good = _dep_summary(known, (report.serving or {}).get("id"))
         _last_gate(ctx, report, store)
+        _host(ctx, report, store)
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
         if latest and latest[0].status in ("degraded", "aborted"):
@@ -118,7 +128,7 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
     if dep is None:
         report.health = "nothing serving"
         return
-    summary = _dep_summary(dep)
+    summary = _dep_summary(dep, dep.id)
     report.serving = summary
     inst = dep.instance_obj()
     if inst is None:
@@ -130,6 +140,7 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
         report.problems.append(f"cannot check {dep.id}: {exc}")
         return
     summary["process"] = state.detail
+    summary["ref"] = inst.ref
     if state.running:
         host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
         report.health = probe_health(host, inst.port)
@@ -139,6 +150,94 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
             f"the store says {dep.id} serves, but it is {state.detail}; "
             "run `kctl rollback` to restore the known-good baseline"
         )
+
+
+#: how many recent records say which runtimes and ports to look at
+_HOST_LOOKBACK = 20
+
+
+def _host(ctx: Context, report: StatusReport, store: Store) -> None:
+    """What really runs, against what the store says: every server kctl's runtimes own
+    that is not the serving one, and anything else that listens on a profile's port."""
+    from kctl.runtime.base import port_listening
+
+    recent = store.list_deployments(limit=_HOST_LOOKBACK)
+    serving_ref = (report.serving or {}).get("ref")
+    open_ids = {t["id"] for t in report.interrupted}
+    owned_ports: set[int] = set()
+    for inst in _owned(ctx, recent, report):
+        owned_ports.add(inst.port)
+        # a command running now (it holds the lock) starts and stops servers of its own
+        if inst.ref == serving_ref or report.in_progress is not None:
+            continue
+        why = (
+            "its transaction was interrupted"
+            if inst.deployment_id in open_ids
+            else "the store does not record it serving"
+        )
+        report.unmanaged.append(
+            {
+                "deployment": inst.deployment_id,
+                "port": inst.port,
+                "process": inst.ref,
+                "note": f"kctl's server of {inst.deployment_id} runs on port {inst.port}, "
+                f"but {why}; `kctl rollback` reconciles it",
+            }
+        )
+    for host, port in _ports(recent):
+        if port in owned_ports or not port_listening(port, host):
+            continue
+        owned_ports.add(port)
+        report.unmanaged.append(
+            {
+                "deployment": None,
+                "port": port,
+                "process": None,
+                "note": f"something kctl does not own listens on {host}:{port}; "
+                "stop it before deploying there",
+            }
+        )
+
+
+def _owned(ctx: Context, recent: list[Any], report: StatusReport) -> list[Any]:
+    """The running servers of this state dir on every runtime the recent records used."""
+    kinds = sorted({ctx.backend.runtime_kind(_kind_of(d)) for d in recent})
+    found: list[Any] = []
+    for kind in kinds:
+        try:
+            found += _running(ctx, kind)
+        except Exception as exc:  # noqa: BLE001 - status shows what it can
+            report.problems.append(f"cannot list the {kind} runtime's servers: {exc}")
+    return found
+
+
+def _running(ctx: Context, kind: str) -> list[Any]:
+    """A runtime's running servers; docker's read from the engine socket without the SDK."""
+    if kind == "docker":
+        from kctl.runtime.docker.lite import running_instances
+
+        light = running_instances(str(ctx.state_dir.resolve()))
+        if light is not None:
+            return light
+    return ctx.runtime(kind).running()
+
+
+def _kind_of(dep: Any) -> str:
+    kind = dep.runtime or ((dep.profile or {}).get("runtime") or {}).get("kind")
+    return str(kind or "local")
+
+
+def _ports(recent: list[Any]) -> list[tuple[str, int]]:
+    """(probe host, port) of the recent records' profiles, newest first, each port once."""
+    from kctl.launch import connect_host
+
+    seen: dict[int, str] = {}
+    for dep in recent:
+        server = (dep.profile or {}).get("server") or {}
+        port = server.get("port")
+        if isinstance(port, int) and port not in seen:
+            seen[port] = connect_host(str(server.get("host") or "127.0.0.1"))
+    return [(host, port) for port, host in seen.items()]
 
 
 def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
@@ -153,9 +252,10 @@ def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
         "reason": gate_dep.reason,
         "timings": gate_dep.timings,
     }
-    table = _table_from(data)
+    table, rows = _table_from(data)
     note = ctx.backend.note(None)
     report.last_gate_table = f"{note}\n{table}" if table and note else table
+    report.last_gate_rows = rows
 
 
 def _state(ctx: Context, inst: Any) -> Any:
@@ -169,13 +269,16 @@ def _state(ctx: Context, inst: Any) -> Any:
     return ctx.runtime(inst.runtime).state(inst)
 
 
-def _table_from(data: dict[str, Any]) -> str | None:
+def _table_from(data: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """The stored gate result's table, as text and as rows of data."""
     try:
         from kctl.gate import GateResult, render_table
+        from kctl.gate.report import gate_rows
 
-        return render_table(GateResult.from_dict(data).verdict)
+        verdict = GateResult.from_dict(data).verdict
+        return render_table(verdict), gate_rows(verdict)
     except Exception:  # noqa: BLE001 - an old or partial record still shows the rest
-        return None
+        return None, None
 
 
 def history(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
@@ -183,7 +286,9 @@ def history(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
         return []
     store = ctx.open_store(read_only=True)
     try:
-        return [_dep_summary(d) for d in store.list_deployments(limit=limit)]
+        serving = store.serving()
+        serving_id = serving.id if serving is not None else None
+        return [_dep_summary(d, serving_id) for d in store.list_deployments(limit=limit)]
     finally:
         store.close()
 

@@ -100,16 +100,32 @@ def _sample(req: GenRequest, res: StreamResult, round_no: int) -> Sample:
     )
 
 
+#: called before each request and after a failed one: raises (the server is gone) to end
+#: the measurement at the first sign of it
+AliveFn = Callable[[], None]
+
+
+def _no_check() -> None:
+    return None
+
+
 class _Sender:
-    """Sends requests and reports progress; keeps the clock and timeout in one place."""
+    """Sends requests and reports progress; keeps the clock, timeout and liveness check in
+    one place."""
 
     def __init__(
-        self, endpoint: Endpoint, timeout_s: float, progress: ProgressFn | None, clock: Clock
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        progress: ProgressFn | None,
+        clock: Clock,
+        alive: AliveFn = _no_check,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.progress = progress
         self.clock = clock
+        self.alive = alive
         self.t0 = clock()
 
     def _report(
@@ -136,6 +152,7 @@ class _Sender:
         i = 0
         while i < len(reqs):
             req = reqs[i]
+            self.alive()
             if req.concurrency <= 1:
                 out.append(_sample(req, self.one(req), round_no))
                 i += 1
@@ -157,6 +174,8 @@ class _Sender:
                     pool.shutdown(wait=False, cancel_futures=True)
                 out.extend(_sample(r, res, round_no) for r, res in zip(group, results))
                 i += len(group)
+            if out[-1].error:
+                self.alive()  # a failed request: is the server still there?
             self._report(phase, req.context, len(out), len(reqs), out[-1])
         return out
 
@@ -175,14 +194,16 @@ def measure(
     progress: ProgressFn | None = None,
     clock: Clock = time.monotonic,
     stop: StopFn | None = None,
+    alive: AliveFn = _no_check,
 ) -> Measurement:
     """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
     (recorded, not counted) then its measured requests, then the concurrency phase, then
     the correctness probes. Failed requests are recorded as failed samples. ``stop`` may
-    end it after any context (see :data:`StopFn`). Prompt ids stay below the vocabulary
+    end it after any context (see :data:`StopFn`); ``alive`` raises when the server has
+    gone (see :data:`AliveFn`), which ends it at once. Prompt ids stay below the vocabulary
     size the server reports (:func:`~kctl.gate.workload.fit_vocab`)."""
     workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
-    send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
+    send = _Sender(endpoint, workload.request_timeout_s, progress, clock, alive)
     samples: list[Sample] = []
     t_warm = t_meas = 0.0
     stopped = False
@@ -205,6 +226,7 @@ def measure(
             timings.append(("concurrent", clock() - t))
         t = clock()
         for n, probe in enumerate(workload.probes):
+            send.alive()
             try:
                 ids = greedy_ids(
                     endpoint.host,
@@ -215,6 +237,7 @@ def measure(
                 )
                 probes.append(ProbeOutput(probe.index, tuple(ids)))
             except GateError as exc:
+                send.alive()
                 probes.append(ProbeOutput(probe.index, error=exc.message))
             send._report("probe", None, n + 1, len(workload.probes), None)
         timings.append(("probes", clock() - t))
@@ -263,6 +286,7 @@ def run_gate(
     label: str = "",
     progress: ProgressFn | None = None,
     clock: Clock = time.monotonic,
+    alive: AliveFn = _no_check,
 ) -> GateResult:
     """Measure the candidate at ``endpoint``, judge it against ``baseline``; while the
     verdict is INCONCLUSIVE and budget is left, add :data:`EXTRA_REPEATS_PER_ROUND`
@@ -270,7 +294,8 @@ def run_gate(
     all) and judge again. Raises GateError only when the baseline cannot be judged
     against (it lacks data); the candidate's failures are verdicts. With
     ``policy.stop_at_first_fail`` it judges after each context and stops measuring at the
-    first FAIL (the rest comes out as SKIPPED rows; no probes, no extra repeats)."""
+    first FAIL (the rest comes out as SKIPPED rows; no probes, no extra repeats).
+    ``alive`` ends it at once when the candidate's server has gone (it raises)."""
 
     def unmeasured(m: Measurement) -> frozenset[tuple[int, int]]:
         return frozenset(b.bucket for b in baseline.summaries if m.summary(*b.bucket) is None)
@@ -286,7 +311,7 @@ def run_gate(
     # fitted here too: the extra repeats below come from the same (fitted) plan
     workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     candidate = measure(endpoint, workload, fingerprint=fingerprint, label=label,
-                        progress=progress, clock=clock, stop=stop)  # fmt: skip
+                        progress=progress, clock=clock, stop=stop, alive=alive)  # fmt: skip
     skipped = unmeasured(candidate) if stop is not None else frozenset()
     if skipped:  # it stopped: FAIL, with the rest not measured
         return GateResult(candidate, judge(baseline, candidate, policy, None, skipped))
@@ -298,7 +323,7 @@ def run_gate(
     verdict = decide(candidate)
     spent: dict[tuple[int, int], int] = {}
     rounds = sent = 0
-    send = _Sender(endpoint, workload.request_timeout_s, progress, clock)
+    send = _Sender(endpoint, workload.request_timeout_s, progress, clock, alive)
     while verdict.verdict == "INCONCLUSIVE":
         batch: list[GenRequest] = []
         for ctx, conc in verdict.unclear:

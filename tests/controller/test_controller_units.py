@@ -111,7 +111,9 @@ def test_rollback_without_known_good_is_a_precondition(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["--state-dir", str(tmp_path), "--simulate", "rollback"]) == 5
-    assert "no known-good baseline" in capsys.readouterr().err
+    assert "nothing to roll back to" in capsys.readouterr().err
+    # a state dir that holds no state (a mistyped --state-dir) is not created
+    assert not (tmp_path / "simulate").exists()
 
 
 def test_global_options_are_accepted_anywhere() -> None:

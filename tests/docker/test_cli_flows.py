@@ -112,7 +112,7 @@ def test_throughput_regression_reverts_to_the_baseline(k: KctlDocker) -> None:
     [(baseline_cid, _)] = k.running()
     r = k.deploy("regression")
     assert r.code == 3, _explain(r)
-    assert "REJECTED" in r.out and "gate FAIL" in r.out, _explain(r)
+    assert "REJECTED" in r.out and "gate FAIL" in r.err, _explain(r)  # the reason: stderr
     assert k.running() == [(baseline_cid, "baseline")]
     assert [st for prof, st in k.containers().values() if prof == "regression"] == ["exited"]
     assert http_status(k.port) == 200

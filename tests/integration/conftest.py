@@ -48,7 +48,7 @@ def base_profile(port: int) -> dict[str, Any]:
             },
         },
         "runtime": {"kind": "local", "stop_timeout_s": 5},
-        "health": {"deadline_s": 20, "poll_interval_s": 0.1, "request_timeout_s": 5},
+        "health": {"deadline_s": 1000, "poll_interval_s": 0.1, "request_timeout_s": 5},
         "gate": {
             "contexts": [5700, 23000],
             "output_tokens": 64,

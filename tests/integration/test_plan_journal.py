@@ -116,11 +116,13 @@ def test_degraded_journals_the_steps_to_the_aborted_revert(kctl: Kctl) -> None:
     assert [i for i, _ in done] == plan["steps"][: gate + 1] + plan["revert"]
     assert [s for _, s in done] == ["done"] * gate + ["failed", "done", "failed"]
     assert kctl.run("rollback").code == 0
-    # the rollback that reconciled it keeps the deploy's own status and reason, and adds its own
-    row = next(r for r in kctl.run("--json", "history").json()["result"] if r["kind"] == "deploy")
+    # the rollback that reconciled it leaves the ended deploy's record as it was and adds
+    # its own
+    rows = kctl.run("--json", "history").json()["result"]
+    row = next(r for r in rows if r["kind"] == "deploy")
     assert row["status"] == "aborted", row
-    assert "revert aborted by a second SIGINT" in row["reason"]
-    assert row["reason"].endswith("reconciled by rollback")
+    assert row["reason"].endswith("revert aborted by a second SIGINT"), row
+    assert rows[0]["kind"] == "rollback", rows[0]
 
 
 def test_one_signal_during_a_revert_a_failure_started_lets_it_finish(kctl: Kctl) -> None:

@@ -12,7 +12,7 @@ import urllib3
 from urllib3.connection import HTTPConnection
 
 from kctl.errors import RuntimeUnavailable
-from kctl.runtime.base import InstanceState
+from kctl.runtime.base import Instance, InstanceState
 from kctl.runtime.docker.engine import REMEDY
 
 
@@ -69,3 +69,44 @@ def inspect_state(ref: str, timeout_s: float = 5.0) -> InstanceState | None:
             f"docker inspect {ref[:12]} answered HTTP {resp.status}", hint=REMEDY
         )
     return state_from_inspect(json.loads(body))
+
+
+def running_instances(owner: str, timeout_s: float = 5.0) -> list[Instance] | None:
+    """The running containers kctl started for the state dir ``owner`` (by their labels),
+    or None when the engine is not on a unix socket (the caller then uses the SDK).
+    Raises RuntimeUnavailable when the engine cannot be reached."""
+    from urllib.parse import quote
+
+    from kctl.runtime.docker.spec import LABEL_DEPLOYMENT, LABEL_MANAGED, LABEL_OWNER, LABEL_PORT
+
+    path = socket_path()
+    if path is None:
+        return None
+    filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_OWNER}={owner}"], "status": ["running"]}
+    pool = _UnixPool("localhost", timeout=timeout_s, maxsize=1, socket_path=path)
+    try:
+        resp = pool.request(
+            "GET", f"/containers/json?filters={quote(json.dumps(filters))}", retries=False
+        )
+        body = resp.data
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        raise RuntimeUnavailable(
+            f"cannot reach the Docker engine at {path}: {exc}", hint=REMEDY
+        ) from exc
+    finally:
+        pool.close()
+    if resp.status != 200:
+        raise RuntimeUnavailable(f"docker ps answered HTTP {resp.status}", hint=REMEDY)
+    found = []
+    for c in json.loads(body):
+        labels = c.get("Labels") or {}
+        port = str(labels.get(LABEL_PORT) or "0")
+        found.append(
+            Instance(
+                runtime="docker",
+                deployment_id=str(labels.get(LABEL_DEPLOYMENT, "")),
+                ref=str(c.get("Id", "")),
+                port=int(port) if port.isdigit() else 0,
+            )
+        )
+    return found

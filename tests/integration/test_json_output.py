@@ -1,0 +1,89 @@
+"""Every command's ``--json`` output validates against the schemas of docs/json-output.md
+(the envelope, then the command's result), run for real against the simulator."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.integration.conftest import REPO, Kctl, candidate_profile
+
+DOC = REPO / "docs" / "json-output.md"
+
+
+def _schemas() -> dict[str, Any]:
+    """Section name -> its JSON Schema, with ``{"$ref": "#record"}`` resolved."""
+    import json
+
+    text = DOC.read_text()
+    found = {
+        m.group(1).strip("` "): json.loads(m.group(2))
+        for m in re.finditer(r"^## (.+?)\n.*?```json\n(.*?)```", text, re.S | re.M)
+    }
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if node.get("$ref") == "#record":
+                return resolve(found["record"])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return {name: resolve(schema) for name, schema in found.items()}
+
+
+SCHEMAS = _schemas()
+
+
+def check(kctl: Kctl, command: str, *args: str, code: int = 0) -> dict[str, Any]:
+    r = kctl.run("--json", *args)
+    assert r.code == code, r.out + r.err
+    doc = r.json()
+    jsonschema.validate(doc, SCHEMAS["envelope"])
+    assert doc["command"] == command and doc["exit_code"] == code
+    if doc["result"] is not None or command in ("lock show",):
+        jsonschema.validate(doc["result"], SCHEMAS[command])
+    return doc
+
+
+def test_the_page_has_a_schema_for_every_command() -> None:
+    from kctl.cli import app
+
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands if c.callback}
+    commands |= {"lock show", "lock release"}
+    assert commands <= set(SCHEMAS), commands - set(SCHEMAS)
+    for schema in SCHEMAS.values():
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.slow
+def test_every_command_validates(kctl: Kctl, tmp_path: Path) -> None:
+    base = str(kctl.tmp / "base.yaml")
+    check(kctl, "status", "status")
+    check(kctl, "history", "history")
+    check(kctl, "validate", "validate", base)
+    check(kctl, "schema", "schema")
+    check(kctl, "plan", "plan", base)
+    check(kctl, "deploy", "deploy", base)
+    # a rejected candidate: exit 3, the deploy's result and the error in one envelope
+    wrong = kctl.write("wrong.yaml", candidate_profile(kctl.port, KCTL_SIM_FAULT="wrong_output"))
+    doc = check(kctl, "deploy", "deploy", wrong, code=3)
+    assert doc["error"]["type"] == "CandidateRejected" and doc["result"]["outcome"] == "rejected"
+    st = check(kctl, "status", "status")["result"]
+    assert st["last_gate_rows"] and st["last_gate_rows"][0]["context"] > 0, st
+    rows = check(kctl, "history", "history")["result"]
+    assert [r["serving"] for r in rows].count(True) == 1, rows
+    check(kctl, "bench", "bench")
+    check(kctl, "logs", "logs", "-n", "5")
+    check(kctl, "rollback", "rollback")
+    check(kctl, "lock show", "lock", "show")
+    check(kctl, "lock release", "lock", "release")
+    check(kctl, "stop", "stop", "--yes")
+    # an error envelope: no result, the error with its hint
+    doc = check(kctl, "deploy", "deploy", str(tmp_path / "missing.yaml"), code=2)
+    assert doc["error"]["message"]
