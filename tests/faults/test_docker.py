@@ -58,7 +58,13 @@ def engine() -> Iterator[Any]:
 
 
 def _docker(p: dict[str, Any]) -> dict[str, Any]:
-    p["image"] = {"base": BASE_IMAGE, "kernel_source": None, "install_simulator": True}
+    # the test base's tag names no SGLang release: the simulator imitates 0.5.10
+    p["image"] = {
+        "base": BASE_IMAGE,
+        "kernel_source": None,
+        "install_simulator": True,
+        "sglang": "0.5.10",
+    }
     p["runtime"] = {
         "kind": "docker",
         "gpus": [],

@@ -104,12 +104,12 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "managed-flag",
         X + "server:\n  extra_args: ['--port=1']\n",
-        ("server.extra_args[0]: is derived from a typed server field", "--port=1"),
+        ("server.extra_args[0]: SGLang 0.5.10: --port sets port, which kctl manages", "--port=1"),
     ),
     (
         "managed-flag-split",
         X + "server:\n  extra_args: ['--log-level', 'info', '--attention-backend', 'fa3']\n",
-        ("server.extra_args[2]: is derived from a typed server field",),
+        ("server.extra_args[2]: SGLang 0.5.10: --attention-backend sets attention_backend",),
     ),
     (
         "sglang-overrides-draft-tokens",
@@ -124,7 +124,7 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "kernel-without-its-switch",
         X + "server:\n  env: {KDTREE_VERIFY: '0'}\n",
-        ("server.env.KDTREE_VERIFY: server.verify_kernel is 'kdtree', so the kernel must",),
+        ("server.env.KDTREE_VERIFY: server.verify_kernel is 'kdtree' on the triton backend",),
     ),
     (
         "unknown-runtime",
