@@ -152,3 +152,23 @@ def serving_health(k: Kctl) -> tuple[str | None, str]:
 
 
 __all__ = ["Kctl", "candidate_profile", "serving_health", "signal", "os"]
+
+
+def signal_at_revert_start(proc: subprocess.Popen[str], sig: signal.Signals) -> tuple[str, str]:
+    """Read a running deploy's stderr until its revert starts the baseline, send ``sig``,
+    and wait for it to end (killed if it outlives the wait). Returns what stderr said up
+    to the revert and after it."""
+    assert proc.stderr is not None
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "(revert)" in line and "starting" in line:
+                break
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return "".join(seen), err

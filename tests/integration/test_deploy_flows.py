@@ -7,7 +7,13 @@ import time
 
 import pytest
 
-from tests.integration.conftest import Kctl, base_profile, candidate_profile, serving_health
+from tests.integration.conftest import (
+    Kctl,
+    base_profile,
+    candidate_profile,
+    serving_health,
+    signal_at_revert_start,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -259,19 +265,12 @@ def test_second_interrupt_aborts_the_revert_and_leaves_degraded(kctl: Kctl) -> N
     try:
         kctl.wait_for_status("gating", timeout=90)
         proc.send_signal(signal.SIGINT)
-        assert proc.stderr is not None
-        seen = []
-        for line in proc.stderr:
-            seen.append(line)
-            if "(revert)" in line and "starting" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 4, "".join(seen) + err
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    seen, err = signal_at_revert_start(proc, signal.SIGINT)
+    assert proc.returncode == 4, seen + err
     assert "revert aborted by a second SIGINT" in err
     st = kctl.run("status")
     assert st.code == 4

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from kctl.store import Store
-from tests.integration.conftest import Kctl, base_profile, candidate_profile, serving_health
+from tests.integration.conftest import (
+    Kctl,
+    base_profile,
+    candidate_profile,
+    serving_health,
+    signal_at_revert_start,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -100,16 +106,11 @@ def test_degraded_journals_the_steps_to_the_aborted_revert(kctl: Kctl) -> None:
     try:
         kctl.wait_for_status("gating", timeout=90)
         proc.send_signal(signal.SIGINT)
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "(revert)" in line and "starting" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    _, err = signal_at_revert_start(proc, signal.SIGINT)
     assert proc.returncode == 4, err
     gate = names(plan["steps"]).index("gate")
     done = journal(kctl, last_deploy(kctl))
@@ -132,20 +133,8 @@ def test_one_signal_during_a_revert_a_failure_started_lets_it_finish(kctl: Kctl)
     prof = candidate_profile(kctl.port, KCTL_SIM_FAULT="crash_at_start")
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
-    try:
-        assert proc.stderr is not None
-        seen = []
-        for line in proc.stderr:
-            seen.append(line)
-            if "(revert)" in line and "starting" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 3, "".join(seen) + err
+    seen, err = signal_at_revert_start(proc, signal.SIGTERM)
+    assert proc.returncode == 3, seen + err
     assert "SIGTERM received: finishing the revert" in err
     assert "restored and verified" in err
     assert serving_health(kctl) == ("base", "healthy")
