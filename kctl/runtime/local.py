@@ -133,10 +133,15 @@ class LocalRuntime:
         if self._alive(pid, ticks):
             return InstanceState(running=True, detail=f"running (pid {pid})")
         # Liveness first, then the exit code: a child that exits between the two checks is
-        # reaped by whichever poll sees it first, and Popen keeps its code for the next poll,
-        # so its exit code is never lost to "gone".
+        # reaped by whichever poll sees it first, and Popen keeps its code for the next call.
+        # wait(), not poll(): poll() answers None while another thread holds Popen's waitpid
+        # lock (the gate's watcher and the main thread both ask), and the code would be lost
+        # to "gone"; wait() retries until the code is known.
         child = self._children.get(pid)
-        code = child.poll() if child is not None else None
+        code = None
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = child.wait(timeout=2)
         if code is not None:
             detail = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             return InstanceState(running=False, exit_code=code, detail=detail)

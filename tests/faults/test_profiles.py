@@ -12,8 +12,10 @@ numbers) are in test_known_defects.py.
 
 from __future__ import annotations
 
-import resource
+import os
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,20 +221,29 @@ BOMB = (
 
 
 def _measured(case: Case, *args: str, timeout: float = 10) -> tuple[int, str, float, float]:
-    """(exit code, stderr, seconds, peak RSS in MB) of one kctl run."""
+    """(exit code, stderr, seconds, peak RSS in MB) of one kctl run.
+
+    The RSS is this child's own (``os.wait4``): ``RUSAGE_CHILDREN`` would be the largest of
+    every child the test process ever reaped."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        case.argv(*args), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=case.tmp,
-        env=case.env, text=True,
-    )  # fmt: skip
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise AssertionError(f"kctl {args} took more than {timeout} s") from None
-    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return proc.returncode, err, time.monotonic() - t0, rss_mb
+    with tempfile.TemporaryFile(mode="w+") as err_file:
+        proc = subprocess.Popen(
+            case.argv(*args), stderr=err_file, stdout=subprocess.DEVNULL, cwd=case.tmp,
+            env=case.env, text=True,
+        )  # fmt: skip
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        seconds = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if seconds >= timeout:
+            raise AssertionError(f"kctl {args} took more than {timeout} s")
+        err_file.seek(0)
+        err = err_file.read()
+    return proc.returncode, err, seconds, usage.ru_maxrss / 1024
 
 
 @pytest.mark.known_defect("7")
