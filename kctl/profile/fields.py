@@ -200,8 +200,29 @@ CompletedFraction = Annotated[
 Concurrency = Annotated[
     int,
     Strict(),
-    Field(ge=1),
-    says("must be a positive integer, or null for one request at a time"),
+    Field(ge=1, le=1024),
+    says("must be an integer from 1 to 1024, or null for one request at a time"),
+]
+#: bounds on the gate's sizes: a value past them is a typo that would run for days
+MAX_GATE_TOKENS = 32768
+GateTokens = Annotated[
+    int,
+    Strict(),
+    Field(ge=1, le=MAX_GATE_TOKENS),
+    says(f"must be an integer from 1 to {MAX_GATE_TOKENS} (tokens generated per request)"),
+]
+MAX_CONTEXT = 4_194_304
+ContextTokens = Annotated[
+    int,
+    Strict(),
+    Field(ge=1, le=MAX_CONTEXT),
+    says(f"must be an integer from 1 to {MAX_CONTEXT} (prompt tokens of one gate context)"),
+]
+GateCount = Annotated[
+    int, Strict(), Field(ge=1, le=1000), says("must be an integer from 1 to 1000")
+]
+GateCount0 = Annotated[
+    int, Strict(), Field(ge=0, le=1000), says("must be an integer from 0 to 1000")
 ]
 Speedup = Annotated[
     float,

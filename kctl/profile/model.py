@@ -28,12 +28,16 @@ from kctl.profile.fields import (
     CompletedFraction,
     Concurrency,
     ContainerPath,
+    ContextTokens,
     CudaArch,
     CudaGraphMaxBs,
     DraftPath,
     Env,
     ExtraArg,
     FatalPattern,
+    GateCount,
+    GateCount0,
+    GateTokens,
     Gpus,
     Host,
     HostPath,
@@ -210,18 +214,18 @@ class PolicySpec:
 
 @dataclass(frozen=True, config=CONFIG)
 class CorrectnessSpec:
-    prompts: NonNegInt = 3
-    tokens: PosInt = 16
+    prompts: GateCount0 = 3
+    tokens: GateTokens = 16
     #: how many prompts may differ from the baseline's recorded greedy output
     max_mismatched_prompts: NonNegInt = 0
 
 
 @dataclass(frozen=True, config=CONFIG)
 class GateSpec:
-    contexts: tuple[PosInt, ...] = (5700, 23000, 91000)
-    output_tokens: PosInt = 128
-    repeats: PosInt = 3
-    warmup: NonNegInt = 1
+    contexts: tuple[ContextTokens, ...] = (5700, 23000, 91000)
+    output_tokens: GateTokens = 128
+    repeats: GateCount = 3
+    warmup: GateCount0 = 1
     concurrency: Concurrency | None = None
     request_timeout_s: PosFloat = 600.0
     seed: NonNegInt = 0

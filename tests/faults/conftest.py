@@ -22,9 +22,6 @@ import pytest
 
 from tests.faults.harness import Case
 
-# The cases of test_known_defects.py expect behaviour kctl does not have yet (profile
-# validation, F5); remove this line once they pass.
-collect_ignore = ["test_known_defects.py"]
 
 HERE = Path(__file__).resolve().parent
 

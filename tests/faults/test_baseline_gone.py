@@ -20,8 +20,8 @@ from tests.faults.harness import BASE_NAME, CAND_NAME, Case
 pytestmark = pytest.mark.slow
 
 #: how the baseline fails when it is started again. Faults that leave a fatal line in the
-#: baseline's log (crash_while_loading, fatal_log) are in test_known_defects.py: the
-#: rollback afterwards trips over the old line.
+#: baseline's log (crash_while_loading, fatal_log) are marked ``known_defect``: the
+#: rollback afterwards must not trip over the old line.
 BROKEN = {
     "crashes-at-start": {"KCTL_SIM_FAULT": "crash_at_start"},
     "calibration-gone": {"KCTL_SIM_CALIBRATION": "/nonexistent/calibration.json"},

@@ -4,10 +4,10 @@ names the file and the field (or the line), before anything touches the host.
 All cases share one served baseline (its own state dir and port): a bad profile is a
 candidate that extends the valid ``cand.yaml`` on that port and gated against it, so any
 change it made would show on the port, in the processes or in the store; after each case
-the same baseline process serves and ``kctl history`` is unchanged. Cases that current
-kctl accepts but must refuse (alias bomb, huge file, metacharacters in host or image,
-abbreviated or aliased SGLang flags, paths outside the repository, infinite or huge
-numbers) are in test_known_defects.py.
+the same baseline process serves and ``kctl history`` is unchanged. Profiles kctl once
+accepted (alias bomb, huge file, metacharacters in host or image, abbreviated or aliased
+SGLang flags, paths outside the repository, infinite or huge numbers) are marked
+``known_defect`` with issue 33's number.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "wrong-type-int",
         X + "gate:\n  repeats: three\n",
-        ("gate.repeats: must be a positive integer (got 'three')",),
+        ("gate.repeats: must be an integer from 1 to 1000 (got 'three')",),
     ),
     (
         "wrong-type-bool",
@@ -279,6 +279,16 @@ REFUSED_NOW: list[tuple[str, str, str]] = [
     ("kernel-source-up", "image:\n  kernel_source: ../../../etc\n", "image.kernel_source"),
     ("kernel-source-absolute", "image:\n  kernel_source: /etc\n", "image.kernel_source"),
     ("infinite-deadline", "health:\n  deadline_s: .inf\n", "health.deadline_s"),
+    (
+        "aliased-flag",
+        "server:\n  extra_args: ['--tensor-parallel-size', '8']\n",
+        "server.extra_args[0]",
+    ),
+    (
+        "huge-output-tokens",
+        "gate:\n  output_tokens: 100000000000000000000000\n",
+        "gate.output_tokens",
+    ),
 ]
 
 

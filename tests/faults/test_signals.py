@@ -5,7 +5,7 @@ verifies it and exits 3 (or, when nothing was verified yet, stops what it starte
 exits 3 saying nothing was restored). A second signal during that revert aborts it: exit
 4, DEGRADED, and `kctl rollback` recovers. A signal during `rollback` aborts it (exit 4);
 `rollback` again recovers. The automatic revert's own steps, where a single signal must
-not abort, are in test_known_defects.py (issue 33, defect 2).
+not abort, are marked ``known_defect("2")`` (issue 33, defect 2).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def test_one_signal_during_deploy(slow_case: Case, step: str, sig: int) -> None:
 @pytest.mark.parametrize(("step", "sigs"), TWO, ids=_ids(TWO))
 def test_second_signal_aborts_the_revert(slow_case: Case, step: str, sigs: tuple[int, int]) -> None:
     case = slow_case
-    # the records before the fault; the aborted deploy's own record is checked in
-    # test_known_defects.py (a later rollback rewrites it today)
+    # the records before the fault (the aborted deploy's own record is checked by the
+    # known_defect("2") cases)
     before = case.history()
     run = _at(case, DEPLOY_STEPS[step], sigs)
     second = signal.Signals(sigs[1]).name

@@ -3,8 +3,8 @@ or full state directory, and two kctl processes racing for the lock.
 
 A damaged store is refused (exit 5) by every command that reads it, with the path and the
 remedy, before anything touches the host: the baseline serves on, the file keeps its exact
-bytes, and once it is put back every record is there. The empty (0-byte) store is in
-test_known_defects.py (issue 33, defect 6).
+bytes, and once it is put back every record is there. The empty (0-byte) store is
+marked ``known_defect("6")`` (issue 33, defect 6).
 """
 
 from __future__ import annotations

@@ -55,7 +55,22 @@ CASES: list[tuple[str, str, list[str]]] = [
     (
         "bad context list entry",
         "extends: ok.yaml\ngate:\n  contexts: [5700, 23k tokens]\n",
-        ["x.yaml: gate.contexts[1]: must be a positive integer (got '23k tokens')"],
+        [
+            "x.yaml: gate.contexts[1]: must be an integer from 1 to 4194304 "
+            "(prompt tokens of one gate context) (got '23k tokens')"
+        ],
+    ),
+    (
+        "gate sizes past their bounds",
+        "extends: ok.yaml\ngate:\n  output_tokens: 100000000000000000000000\n"
+        "  concurrency: 5000\n  correctness:\n    prompts: 1001\n",
+        [
+            "x.yaml: gate.output_tokens: must be an integer from 1 to 32768 "
+            "(tokens generated per request) (got 100000000000000000000000)",
+            "x.yaml: gate.concurrency: must be an integer from 1 to 1024, "
+            "or null for one request at a time (got 5000)",
+            "x.yaml: gate.correctness.prompts: must be an integer from 0 to 1000 (got 1001)",
+        ],
     ),
     (
         "duplicate context",
@@ -280,7 +295,7 @@ def test_every_problem_is_reported_together(write: Write) -> None:
     lines = [
         "x.yaml: server.port: must be a TCP port between 1 and 65535 (got 0)",
         "x.yaml: server.tp: must be a positive integer (got 'two')",
-        "x.yaml: gate.repeats: must be a positive integer (got -1)",
+        "x.yaml: gate.repeats: must be an integer from 1 to 1000 (got -1)",
     ]
     assert info.value.problems == lines
     assert str(info.value) == "3 problems in profile\n" + "\n".join(f"  {x}" for x in lines)
@@ -361,7 +376,7 @@ def test_load_profiles_collects_every_file(write: Write) -> None:
         load_profiles(["a.yaml", "b.yaml", "c.yaml"])
     assert info.value.problems == [
         "a.yaml: server.port: must be a TCP port between 1 and 65535 (got 0)",
-        "c.yaml: gate.warmup: must be an integer >= 0 (got -1)",
+        "c.yaml: gate.warmup: must be an integer from 0 to 1000 (got -1)",
     ]
 
 
