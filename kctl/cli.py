@@ -244,12 +244,14 @@ def bench(profile: str | None = typer.Argument(None, help="Profile whose gate to
 def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
     """Everything deploy would do (profile, argv/env, gate, image); changes nothing."""
     from kctl.controller.plan import plan as run
+    from kctl.launch import describe_release
 
     result = run(_context(), profile)
     lines = [
         f"profile {result['profile']['name']} (hash {result['profile_hash'][:12]})",
         f"runtime: {result['runtime']}" + (" (simulated)" if result["simulate"] else ""),
         f"baseline: {result['baseline'] or 'none (this profile is a baseline)'}",
+        describe_release(result["sglang"]),
         "launch: " + " ".join(result["launch"]["argv"]),
         "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
         f"gate: {result['gate']['requests']} requests over contexts "

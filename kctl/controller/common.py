@@ -124,3 +124,25 @@ def _rebuild(cls: type[Profile], data: Any) -> Profile:
     from kctl.profile.serialize import from_stored
 
     return from_stored(cls, data)
+
+
+def check_startable(deployment: Any, profile: Profile, why: str, hint: str) -> None:
+    """Raise :class:`~kctl.errors.PreflightFailed` (exit 5, nothing changed) when the
+    server parser of ``profile``'s SGLang release would refuse the argv ``deployment``
+    (a stored record: the known-good a revert or rollback restarts) launches with. The
+    loader checks every profile file; a stored profile is checked here, before the host
+    is touched, because a revert or rollback relies on it starting."""
+    from kctl.errors import PreflightFailed
+    from kctl.launch import argv_problems
+    from kctl.profile.validate import format_path
+
+    problems = [
+        f"{format_path(path)}: {msg} (got {value!r})" for path, msg, value in argv_problems(profile)
+    ]
+    if problems:
+        raise PreflightFailed(
+            f"{deployment.id} ({profile.name}) would not start, and {why}: "
+            + "; ".join(problems)
+            + "; nothing was changed",
+            hint=hint,
+        )

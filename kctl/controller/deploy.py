@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kctl.controller import common
-from kctl.controller.executor import Executor, RevertFailed
+from kctl.controller.executor import Executor, RevertFailed, revert_target
 from kctl.controller.host import HostChange, changing_host
 from kctl.controller.maintenance import prune
 from kctl.controller.planner import Observed, Serving, plan_deploy
@@ -109,6 +109,14 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
                 warnings=host.warnings,
             )
         try:
+            target = revert_target(host.store, baseline, serving)
+            if target is not None:
+                common.check_startable(
+                    *target,
+                    why="a failed deploy reverts to it",
+                    hint="deploy a baseline that starts on its SGLang release first, or "
+                    "`kctl rollback --to ID` to an earlier one that does (`kctl history`)",
+                )
             _preflight(ctx, runtime, candidate, serving)
         except PreflightFailed as exc:
             _record_refusal(host.store, runtime, candidate, serving, exc)

@@ -396,19 +396,11 @@ class Executor:
             self.ctx.reporter.event(f"promoted {st.txn_id}")
 
     def _resolve_target(self) -> tuple[Deployment, Profile] | None:
-        """What a failed deploy goes back to: the verified known-good deployment of the
-        candidate's baseline; for a baseline deploy (or when that baseline was never
-        verified) whatever served before this deploy; else nothing. A rollback's is fixed."""
+        """What a failed deploy goes back to (:func:`revert_target`); a rollback's is fixed."""
         st = self.state
         if st.target is not None:
             return st.target
-        if st.baseline is not None:
-            known = self.store.known_good(st.baseline.content_hash)
-            if known is not None:
-                return known, common.profile_of(known)
-        if st.original is not None:
-            return st.original[0], common.profile_of(st.original[0])
-        return None
+        return revert_target(self.store, st.baseline, st.original)
 
     def _restore(self, step: Restore) -> None:
         target = self._resolve_target()
@@ -434,3 +426,18 @@ class Executor:
 
     def _clear_serving(self, step: ClearServing) -> None:
         self.store.set_serving(None)
+
+
+def revert_target(
+    store: Store, baseline: Profile | None, original: tuple[Deployment, Instance] | None
+) -> tuple[Deployment, Profile] | None:
+    """What a failed deploy goes back to: the verified known-good deployment of the
+    candidate's baseline; for a baseline deploy (or when that baseline was never verified)
+    whatever served before the deploy; else nothing."""
+    if baseline is not None:
+        known = store.known_good(baseline.content_hash)
+        if known is not None:
+            return known, common.profile_of(known)
+    if original is not None:
+        return original[0], common.profile_of(original[0])
+    return None

@@ -13,6 +13,7 @@ from kctl.controller import common
 from kctl.controller.deploy import observe
 from kctl.controller.planner import Observed, plan_deploy
 from kctl.errors import RuntimeUnavailable
+from kctl.launch import release_info
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -52,6 +53,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "baseline_hash": baseline.content_hash if baseline else None,
         "runtime": kind,
         **ctx.backend.describe(),
+        "sglang": release_info(candidate),
         "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
         "gate": {
             "contexts": list(candidate.gate.contexts),

@@ -92,6 +92,12 @@ def _restore(
             record.id, target.id, profile.name, "already-serving", reason, timings=timings,
             warnings=host.warnings,
         )  # fmt: skip
+    common.check_startable(
+        target,
+        profile,
+        why="the rollback would start it",
+        hint="`kctl rollback --to ID` to an earlier deployment that starts (`kctl history`)",
+    )
     record = store.new_deployment(
         kind="rollback", profile=target.profile, runtime=runtime.name, parent_id=target.id
     )

@@ -22,7 +22,6 @@ import pytest
 
 from tests.faults.harness import Case
 
-
 HERE = Path(__file__).resolve().parent
 
 

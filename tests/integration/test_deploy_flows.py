@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import sqlite3
 import time
 
 import pytest
@@ -346,3 +348,38 @@ def test_newest_release_end_to_end_with_the_plugin_backend(kctl: Kctl) -> None:
     verdict = r.json()["result"]["gate"]["verdict"]
     assert all(row["candidate"]["accept_length"] for row in verdict["metrics"])
     assert serving_health(kctl) == ("cand", "healthy")
+
+
+def _break_stored_argv(kctl: Kctl, profile: str) -> None:
+    """Give the stored profile of ``profile``'s records an extra arg its release refuses (as
+    a record written by an older kctl, or for another image, can hold)."""
+    db = sqlite3.connect(kctl.state / "simulate" / "kctl.db")
+    with db:
+        for dep_id, text in db.execute(
+            "SELECT id, profile_json FROM deployments WHERE profile_name = ?", (profile,)
+        ).fetchall():
+            stored = json.loads(text)
+            stored["server"]["extra_args"] = ["--no-such-flag"]
+            db.execute(
+                "UPDATE deployments SET profile_json = ? WHERE id = ?", (json.dumps(stored), dep_id)
+            )
+    db.close()
+
+
+def test_unstartable_known_good_is_refused_before_the_incumbent_is_touched(kctl: Kctl) -> None:
+    assert kctl.run("deploy", str(kctl.tmp / "base.yaml")).code == 0
+    before = kctl.status()["result"]["serving"]["id"]
+    _break_stored_argv(kctl, "base")
+    r = kctl.run("deploy", kctl.write("cand.yaml", candidate_profile(kctl.port)))
+    assert r.code == 5, r.out + r.err
+    assert f"{before} (base) would not start, and a failed deploy reverts to it" in r.err
+    assert "server.extra_args[0]" in r.err and "--no-such-flag" in r.err
+    assert "nothing was changed" in r.err
+    assert serving_health(kctl) == ("base", "healthy")
+    assert kctl.status()["result"]["serving"]["id"] == before
+    # rollback relies on the same record: refused before anything starts
+    assert kctl.run("stop", "--yes").code == 0
+    r = kctl.run("rollback")
+    assert r.code == 5, r.out + r.err
+    assert "would not start, and the rollback would start it" in r.err
+    assert kctl.status()["result"]["serving"] is None

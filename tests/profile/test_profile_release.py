@@ -5,6 +5,7 @@ release table) checks the whole argv when the profile is loaded."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -284,3 +285,32 @@ def test_speculative_flags_checked_on_every_release() -> None:
     assert argv_problems(on, release("0.5.11")) == []
     found = argv_problems(on, release("0.5.10"))
     assert found and found[0][0] == ("server", "speculative", "algorithm")
+
+
+@pytest.mark.parametrize(
+    ("version", "line"),
+    [
+        ("0.5.10", "SGLang 0.5.10 (from image.sglang; launcher: sglang serve); "
+         "attention backend triton (kdtree kernel: startup hook)"),
+        ("0.5.23", "SGLang 0.5.23 (from image.sglang; launcher: sglang serve); "
+         "attention backend kdtree (kdtree kernel: plugin backend)"),
+    ],
+)  # fmt: skip
+def test_plan_names_the_release_and_the_kernels_path(
+    tmp_path: Path, version: str, line: str
+) -> None:
+    backend = "kdtree" if version == "0.5.23" else "triton"
+    body = (
+        f"image: {{sglang: '{version}'}}\nserver:\n  attention_backend: {backend}\n"
+        "  verify_kernel: kdtree\n  speculative: {draft_model_path: /d}\n"
+    )
+    if backend == "triton":
+        body += "  env: {KDTREE_VERIFY: '1'}\n"
+    path = _profile(tmp_path, "k", body)
+    state = str(tmp_path / "state")
+    run = kctl("--state-dir", state, "plan", path, "--simulate", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert line in run.stdout.splitlines()
+    run = kctl("--state-dir", state, "--json", "plan", path, "--simulate", cwd=tmp_path)
+    info = json.loads(run.stdout)["result"]["sglang"]
+    assert info["version"] == version and info["attention_backend"] == backend
