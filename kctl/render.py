@@ -148,6 +148,8 @@ def status_text(report: dict[str, Any]) -> str:
             f"serving: {serving['id']}  profile {serving['profile']} "
             f"(hash {str(serving['profile_hash'])[:12]})  {serving.get('process', '')}"
         )
+        if serving.get("sglang_version"):
+            lines.append(f"sglang: {serving['sglang_version']} (as the server reported it)")
     else:
         lines.append("serving: nothing")
     lines.append(f"health: {report['health']}")
@@ -230,6 +232,7 @@ def history_table(rows: Sequence[dict[str, Any]]) -> Table:
         ("profile", "left"),
         ("status", "left"),
         ("verdict", "left"),
+        ("sglang", "left"),
         ("started", "left"),
         ("notes", "left"),
     )
@@ -240,6 +243,7 @@ def history_table(rows: Sequence[dict[str, Any]]) -> Table:
             cell(r["profile"]),
             cell(r["status"]),
             verdict_cell(r.get("verdict")),
+            cell(r.get("sglang_version") or "-"),
             cell(r["started_at"]),
             cell(_history_notes(r)),
         )

@@ -146,3 +146,33 @@ def check_startable(deployment: Any, profile: Profile, why: str, hint: str) -> N
             + "; nothing was changed",
             hint=hint,
         )
+
+
+#: what /server_info reports that is not the server's own configuration (per-DP load)
+_SERVER_INFO_DROPPED = ("internal_states",)
+
+
+def read_server_info(profile: Profile) -> tuple[dict[str, Any] | None, str | None]:
+    """``(what the server reports of itself, a warning)``: SGLang's ``/server_info`` (the
+    effective server arguments, the scheduler's figures and ``version``) without the per-DP
+    load, or None and why it could not be read. The warning also says when the server runs
+    another SGLang release than the one the profile's argv was checked against."""
+    from kctl.errors import ServerError
+    from kctl.launch import connect_host
+    from kctl.profile.release import profile_release
+    from kctl.sglang.client import SGLangClient
+
+    client = SGLangClient(connect_host(profile.server.host), profile.server.port)
+    timeout = min(30.0, profile.health.request_timeout_s)
+    try:
+        body = client.get_json("/server_info", timeout)
+    except ServerError as exc:
+        return None, f"could not read the server's /server_info ({exc}); its version is unknown"
+    info = {k: v for k, v in body.items() if k not in _SERVER_INFO_DROPPED}
+    reported, expected = info.get("version"), profile_release(profile).version
+    if reported is not None and str(reported) != expected:
+        return info, (
+            f"the server reports SGLang {reported}, but {profile.name}'s argv was checked "
+            f"against {expected}; set image.sglang: '{reported}' in the profile"
+        )
+    return info, None

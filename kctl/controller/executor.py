@@ -245,6 +245,12 @@ class Executor:
             raise
         self.state.health[step.role] = report
         self.ctx.reporter.event(f"{instance.deployment_id} is healthy")
+        info, warning = common.read_server_info(profile)
+        if info is not None:
+            self.store.update_deployment(instance.deployment_id, server=info)
+        if warning is not None:
+            self.ctx.reporter.warn(warning)
+            self.state.warnings.append(warning)
 
     def _record_baseline(self, step: RecordBaseline) -> None:
         base = self._profile("baseline")

@@ -57,6 +57,7 @@ def _dep_summary(dep: Any, serving_id: str | None = None) -> dict[str, Any]:
         "ended_at": dep.ended_at,
         "parent_id": dep.parent_id,
         "serving": serving_id is not None and dep.id == serving_id,
+        "sglang_version": dep.sglang_version,
     }
 
 
@@ -129,6 +130,7 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
         report.health = "nothing serving"
         return
     summary = _dep_summary(dep, dep.id)
+    summary["server"] = dep.server
     report.serving = summary
     inst = dep.instance_obj()
     if inst is None:

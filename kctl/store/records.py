@@ -79,6 +79,15 @@ class Deployment:
     ended_ts: float | None = None
     #: phase durations and similar, e.g. {"health_s": 331.2, "gate_s": 95.0}
     timings: dict[str, Any] = field(default_factory=dict)
+    #: what the server reported after health (SGLang's ``/server_info``: ``version`` and
+    #: the effective server arguments); None until read
+    server: dict[str, Any] | None = None
+
+    @property
+    def sglang_version(self) -> str | None:
+        """The SGLang version the server reported, None when it was not read."""
+        version = (self.server or {}).get("version")
+        return str(version) if version is not None else None
 
     @property
     def ended(self) -> bool:
@@ -187,4 +196,5 @@ def deployment_from_row(row: sqlite3.Row) -> Deployment:
         ended_at=row["ended_at"],
         ended_ts=row["ended_ts"],
         timings=json.loads(row["timings_json"]),
+        server=None if row["server_json"] is None else json.loads(row["server_json"]),
     )

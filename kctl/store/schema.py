@@ -16,7 +16,7 @@ from kctl.errors import StoreError
 from kctl.store.records import DeploymentKind, DeploymentStatus, StepState
 
 #: bump together with a new entry in MIGRATIONS
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: "kctl" in ASCII; lets us tell our files from any other SQLite database
 APPLICATION_ID = 0x6B63746C
@@ -120,16 +120,26 @@ CREATE TABLE journal (
 
 Migration = Callable[[sqlite3.Connection], None]
 
+
+def _v2_server_info(conn: sqlite3.Connection) -> None:
+    """Version 2: what the server reported of itself after health (``/server_info``: the
+    SGLang version and its effective arguments), as JSON; NULL before it was read."""
+    conn.execute("ALTER TABLE deployments ADD COLUMN server_json TEXT")
+
+
 #: MIGRATIONS[n] turns a version-n store into a version-(n+1) store. Each one runs
 #: inside the transaction that also sets the new user_version.
-MIGRATIONS: Mapping[int, Migration] = {}
+MIGRATIONS: Mapping[int, Migration] = {1: _v2_server_info}
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Create the current schema in an empty database; the caller holds a transaction."""
+    """Create the current schema in an empty database: version 1, then every migration
+    (one definition of each version); the caller holds a transaction."""
     for statement in SCHEMA_V1.split(";"):
         if statement.strip():
             conn.execute(statement)
+    for version in range(1, SCHEMA_VERSION):
+        MIGRATIONS[version](conn)
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 

@@ -48,6 +48,7 @@ UPDATABLE = frozenset(
         "exit_code",
         "runtime",
         "instance",
+        "server",
         "parent_id",
         "baseline_id",
         "timings",
@@ -240,8 +241,8 @@ class Store(JournalMixin, ResultsMixin):
 
     def update_deployment(self, deployment_id: str, **fields: Any) -> Deployment:
         """Change the named fields of a deployment and return it. Accepts status, verdict,
-        reason, exit_code, runtime, instance (Instance or dict), parent_id, baseline_id and
-        timings (merged into the recorded timings). Setting a terminal status stamps
+        reason, exit_code, runtime, instance (Instance or dict), server (``/server_info`` as
+        recorded), parent_id, baseline_id and timings (merged into the recorded timings). Setting a terminal status stamps
         ``ended_at`` once."""
         unknown = set(fields) - UPDATABLE
         if unknown:
@@ -254,6 +255,8 @@ class Store(JournalMixin, ResultsMixin):
             for name, value in fields.items():
                 if name == "instance":
                     columns["instance_json"] = instance_record(value)
+                elif name == "server":
+                    columns["server_json"] = None if value is None else to_json(value)
                 elif name == "timings":
                     columns["timings_json"] = to_json({**current.timings, **dict(value)})
                 else:

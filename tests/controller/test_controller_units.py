@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from kctl.cli import main
-from kctl.controller.common import _rebuild
+from kctl.controller.common import _rebuild, read_server_info
 from kctl.controller.signals import InterruptGuard
 from kctl.errors import Interrupted, RevertAborted
 from kctl.profile import load_profile
@@ -298,3 +300,46 @@ def test_a_rejected_deploy_prints_its_result_and_log_tail(
     assert main(["--state-dir", str(tmp_path), "--json", "deploy", "x.yaml"]) == 3
     envelope = json.loads(capsys.readouterr().out)
     assert envelope["result"] == result and envelope["error"]["type"] == "CandidateRejected"
+
+
+class _InfoHandler(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        status = 200 if self.path == "/server_info" and self.body else 404
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("body", "warning"),
+    [
+        ({"version": "0.5.10", "tp_size": 8, "internal_states": [{}]}, None),
+        ({"version": "0.5.11", "tp_size": 8}, "the server reports SGLang 0.5.11, but"),
+        (None, "could not read the server's /server_info"),
+    ],
+)
+def test_server_info_is_read_and_its_release_compared(
+    body: dict[str, object] | None, warning: str | None
+) -> None:
+    handler = type("H", (_InfoHandler,), {"body": json.dumps(body).encode() if body else b""})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        profile = load_profile(REPO / "profiles" / "triton-graphs.yaml")
+        server_spec = dataclasses.replace(profile.server, port=server.server_address[1])
+        info, said = read_server_info(dataclasses.replace(profile, server=server_spec))
+    finally:
+        server.shutdown()
+        server.server_close()
+    if body is None:
+        assert info is None
+    else:
+        assert info == {k: v for k, v in body.items() if k != "internal_states"}
+    assert (said is None) if warning is None else (said is not None and warning in said)

@@ -32,6 +32,12 @@ def test_first_deploy_measures_baseline_then_promotes(kctl: Kctl) -> None:
     hist = kctl.run("--json", "history").json()["result"]
     kinds = [(h["kind"], h["profile"], h["status"]) for h in hist]
     assert ("deploy", "cand", "promoted") in kinds
+    # the version each server reported after health is recorded and shown
+    assert {h["sglang_version"] for h in hist if h["profile"] == "cand"} == {"0.5.10"}
+    serving = kctl.run("--json", "status").json()["result"]["serving"]
+    assert serving["server"]["version"] == "0.5.10" and serving["server"]["tp_size"] == 1
+    assert "internal_states" not in serving["server"]
+    assert "sglang" in kctl.run("history").out.splitlines()[0]
     assert ("baseline", "base", "serving") in kinds or any(k[1] == "base" for k in kinds)
     # the status shows the last gate table and the known-good baseline
     st = kctl.run("status")

@@ -229,17 +229,18 @@ def test_migrations_run_in_order_after_a_backup(
     def add_note_column(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE deployments ADD COLUMN note TEXT NOT NULL DEFAULT ''")
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(schema, "MIGRATIONS", {1: add_note_column})
+    now = schema.SCHEMA_VERSION
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 1)
+    monkeypatch.setattr(schema, "MIGRATIONS", {**schema.MIGRATIONS, now: add_note_column})
     # read-only: migrated in memory, the file is untouched
     with Store.open(state_dir, read_only=True) as s:
         assert len(s.list_deployments()) == 1
     assert path.read_bytes() == original
     with Store.open(state_dir) as s:
         assert len(s.list_deployments()) == 1
-    assert raw_pragma(path, "user_version") == 2
-    backup = state_dir / "kctl.db.schema-1.bak"
-    assert raw_pragma(backup, "user_version") == 1
+    assert raw_pragma(path, "user_version") == now + 1
+    backup = state_dir / f"kctl.db.schema-{now}.bak"
+    assert raw_pragma(backup, "user_version") == now
 
 
 def test_a_missing_migration_changes_nothing(
@@ -250,13 +251,14 @@ def test_a_missing_migration_changes_nothing(
     def step(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE extra (x)")
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(schema, "MIGRATIONS", {1: step})
-    with pytest.raises(StoreError, match="no migration from store schema 2 to 3"):
+    now = schema.SCHEMA_VERSION
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 2)
+    monkeypatch.setattr(schema, "MIGRATIONS", {**schema.MIGRATIONS, now: step})
+    with pytest.raises(StoreError, match=f"no migration from store schema {now + 1} to {now + 2}"):
         Store.open(state_dir)
     monkeypatch.undo()
     # the first step was rolled back with the failed second one
-    assert raw_pragma(path, "user_version") == 1
+    assert raw_pragma(path, "user_version") == now
     with Store.open(state_dir) as s:
         assert len(s.list_deployments()) == 1
     conn = sqlite3.connect(path)
@@ -284,3 +286,30 @@ def test_the_cli_refuses_an_empty_store(state_dir: Path, command: list[str]) -> 
     assert f"{path}: the state store is corrupt (0 bytes: the file is empty)" in run.stderr
     assert f"mv {path} {path}.corrupt" in run.stderr
     assert path.stat().st_size == 0
+
+
+def test_a_version_1_store_gains_the_server_column(state_dir: Path) -> None:
+    """A store written before ``/server_info`` was recorded opens, is migrated after a
+    backup, keeps its records, and records a server afterwards."""
+    state_dir.mkdir()
+    path = state_dir / "kctl.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        for statement in schema.SCHEMA_V1.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(
+            "INSERT INTO deployments (id, kind, profile_name, profile_path, profile_hash, "
+            "profile_json, status, started_at, started_ts) VALUES "
+            "('d-1', 'deploy', 'p', 'p.yaml', 'h', '{}', 'promoted', 't', 1.0)"
+        )
+    conn.close()
+    with Store.open(state_dir) as s:
+        (dep,) = s.list_deployments()
+        assert dep.id == "d-1" and dep.server is None and dep.sglang_version is None
+        dep = s.update_deployment("d-1", server={"version": "0.5.23", "tp_size": 8})
+        assert dep.sglang_version == "0.5.23" and dep.server == {"version": "0.5.23", "tp_size": 8}
+    assert raw_pragma(path, "user_version") == schema.SCHEMA_VERSION == 2
+    assert raw_pragma(state_dir / "kctl.db.schema-1.bak", "user_version") == 1
