@@ -72,6 +72,7 @@ def test_history_text_empty_and_rows() -> None:
         "p",
         "promoted",
         "-",
+        "-",
         "t",
     ]
 

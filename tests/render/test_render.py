@@ -38,6 +38,7 @@ HISTORY = [
         "started_at": "t3",
         "parent_id": "d-1",
         "serving": True,
+        "sglang_version": "0.5.10",
     },
     {
         "id": "d-2",
@@ -63,23 +64,26 @@ HISTORY = [
 
 def test_history_says_what_each_record_is_and_what_serves() -> None:
     lines = history_text(HISTORY).splitlines()
-    assert lines[0].split() == ["id", "kind", "profile", "status", "verdict", "started", "notes"]
+    assert lines[0].split() == [
+        "id", "kind", "profile", "status", "verdict", "sglang", "started", "notes",
+    ]  # fmt: skip
     assert set(lines[1]) == {"-", " "}
-    assert lines[2].split(maxsplit=6) == [
+    assert lines[2].split(maxsplit=7) == [
         "d-3",
         "rollback",
         "base",
         "promoted",
         "-",
+        "0.5.10",
         "t3",
         "SERVING NOW; rollback to d-1",
     ]
-    notes = lines[3].split(maxsplit=6)[6]
+    notes = lines[3].split(maxsplit=7)[7]
     assert notes.startswith(
         "candidate rejected, baseline restored; below threshold: 5700: ratio 0.93 < 1.00 xxx"
     )
     assert notes.endswith("x...") and len(notes) < 130
-    assert lines[4].split(maxsplit=6)[6] == "known-good baseline"
+    assert lines[4].split(maxsplit=7)[7] == "known-good baseline"
     assert "None" not in "\n".join(lines)
 
 
@@ -92,6 +96,7 @@ def test_history_of_plain_rows() -> None:
         "cand",
         "rejected",
         "FAIL",
+        "-",
         "t2",
         "candidate",
         "rejected,",
