@@ -16,7 +16,14 @@ from kctl.profile.release import DEFAULT_VERSION, profile_release
 from kctl.profile.rules import MANAGED_FLAGS, Found
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import KDTREE_BACKEND, Release, kernel_choices, release
+from kctl.sglang.releases import (
+    FP8_MLA_SINCE,
+    KDTREE_BACKEND,
+    Release,
+    kernel_choices,
+    reads_fp8_mla,
+    release,
+)
 
 #: the server command of a test image: its ``sglang`` shim package answers it (the shim
 #: has no ``sglang`` console script, so the release's ``sglang serve`` is not there)
@@ -97,20 +104,34 @@ def server_args(server: ServerSpec, rel: Release | None = None) -> tuple[str, ..
 
 def _kernel_path_problems(profile: Profile, rel: Release) -> list[Found]:
     """The kdtree kernel's startup hook serves releases without plugin entry points only:
-    from 0.5.11 it declines, and the kernel is selected as ``attention_backend: kdtree``."""
+    from 0.5.11 it declines, and the kernel is selected as ``attention_backend: kdtree``.
+    An fp8 KV cache reaches the kernel only where the release's own Triton MLA path reads
+    one (:data:`~kctl.sglang.releases.FP8_MLA_SINCE`); elsewhere the kernel declines."""
     server = profile.server
-    hook = server.verify_kernel == "kdtree" and server.attention_backend == "triton"
-    if not (hook and kernel_choices(rel)):
-        return []
-    return [
-        (
-            ("server", "attention_backend"),
-            f"SGLang {rel.version} loads the kdtree kernel as a plugin attention backend "
-            "(its startup hook declines from 0.5.11 on); fix: set "
-            "server.attention_backend: kdtree and remove server.env.KDTREE_VERIFY",
-            server.attention_backend,
+    found: list[Found] = []
+    if server.verify_kernel != "kdtree":
+        return found
+    if server.attention_backend == "triton" and kernel_choices(rel):
+        found.append(
+            (
+                ("server", "attention_backend"),
+                f"SGLang {rel.version} loads the kdtree kernel as a plugin attention backend "
+                "(its startup hook declines from 0.5.11 on); fix: set "
+                "server.attention_backend: kdtree and remove server.env.KDTREE_VERIFY",
+                server.attention_backend,
+            )
         )
-    ]
+    if server.kv_cache_dtype.startswith("fp8") and not reads_fp8_mla(rel):
+        found.append(
+            (
+                ("server", "kv_cache_dtype"),
+                f"SGLang {rel.version}'s Triton MLA path does not read an fp8 KV cache, so "
+                f"the kdtree kernel would decline it; fix: kv_cache_dtype: bf16, or an image "
+                f"with SGLang {FP8_MLA_SINCE} or later (image.sglang)",
+                server.kv_cache_dtype,
+            )
+        )
+    return found
 
 
 def _field_value(profile: Profile, path: tuple[str | int, ...]) -> object:

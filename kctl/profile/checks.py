@@ -24,6 +24,10 @@ if TYPE_CHECKING:
         SpeculativeSpec,
     )
 
+#: the KV cache dtypes the kdtree kernel reads (fp8 only on releases whose own Triton MLA
+#: path reads fp8: :func:`kctl.launch.argv_problems` checks that per release)
+KERNEL_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")
+
 
 def image_problems(image: ImageSpec) -> list[Found]:
     found = release_problems(image)
@@ -100,11 +104,12 @@ def _kernel_problems(s: ServerSpec) -> list[Found]:
                 None,
             )
         )
-    if s.kv_cache_dtype not in ("auto", "bf16", "bfloat16"):
+    if s.kv_cache_dtype not in KERNEL_KV_DTYPES:
         found.append(
             (
                 ("kv_cache_dtype",),
-                "the kdtree verify kernel reads a bf16 KV cache only; set 'auto' or 'bf16'",
+                "the kdtree verify kernel reads a bf16 or fp8 (e4m3, e5m2) KV cache; set "
+                "'auto', 'bf16', 'fp8_e4m3' or 'fp8_e5m2'",
                 s.kv_cache_dtype,
             )
         )

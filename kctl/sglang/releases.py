@@ -36,11 +36,13 @@ __all__ = [
     "Release",
     "TritonMethod",
     "UnknownRelease",
+    "FP8_MLA_SINCE",
     "KDTREE_BACKEND",
     "kernel_choices",
     "known_versions",
     "load_table",
     "newest",
+    "reads_fp8_mla",
     "release",
     "release_from_probe",
     "releases",
@@ -393,6 +395,21 @@ def kernel_choices(rel: Release) -> dict[str, list[str]]:
     if hooks.has_plugin_entry_points and hooks.register_attention_backend:
         return {"attention_backend": [KDTREE_BACKEND]}
     return {}
+
+
+#: The first release whose own Triton MLA path reads an fp8 KV cache (it divides K by the
+#: layer's ``k_scale`` before storing it in the MLA pool and passes ``k_descale`` /
+#: ``v_descale`` to its kernels); 0.5.9 to 0.5.11 refuse one ("Triton MLA currently doesn't
+#: support quantized kv cache"). Read from the 0.5.11 and 0.5.13 wheels' ``triton_backend.py``;
+#: 0.5.12's wheel was not read, so it counts as not reading fp8. The kernel package decides
+#: the same at startup from the running release's source (``backend.reads_fp8_mla``).
+FP8_MLA_SINCE = "0.5.13"
+
+
+def reads_fp8_mla(rel: Release) -> bool:
+    """Whether ``rel``'s Triton MLA path (and so the kdtree kernel on it) reads an fp8 KV
+    cache (:data:`FP8_MLA_SINCE`)."""
+    return rel.key >= version_key(FP8_MLA_SINCE)
 
 
 def release(version: str) -> Release:

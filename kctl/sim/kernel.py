@@ -3,7 +3,8 @@ line it prints, under the same conditions as the real SGLang startup hook (issue
 
 - ``KDTREE_VERIFY`` not exactly ``1``: no line, SGLang's Triton path.
 - ``1``, and there is a target-verify step on the triton backend (speculative decoding on,
-  1..16 draft tokens, bf16 KV cache, page size 1): the *active* line, kdtree path.
+  1..16 draft tokens, bf16 KV cache or fp8 where the release reads one, page size 1): the
+  *active* line, kdtree path.
 - ``1``, otherwise (or the ``kernel_declined`` fault): the *declined* line, Triton path.
 
 The conditions and reasons mirror ``kdtree_mla.sglang.eligibility.decide`` for what a
@@ -25,8 +26,10 @@ KERNEL_NAME = "kdtree_mla"
 KERNEL_VERSION = "0.1.0"
 #: RTX PRO 6000 Blackwell, the simulated GPU
 ARCH = "sm_120"
-#: KV cache dtypes on which the kernel serves (MLA bf16 cache; quantised caches stay on SGLang)
+#: KV cache dtypes on which the kernel serves: bf16, and fp8 on releases whose own Triton
+#: MLA path reads an fp8 cache (0.5.13 on); other quantised caches stay on SGLang
 BF16_KV_DTYPES = ("auto", "bf16", "bfloat16")
+FP8_KV_DTYPES = ("fp8_e4m3", "fp8_e5m2")
 #: most draft tokens per request the kernel takes
 MAX_DRAFT = 16
 
@@ -61,6 +64,24 @@ def _path_reason(backend: str, version: str) -> str | None:
     return None
 
 
+def _kv_reason(kv_cache_dtype: str, version: str) -> str | None:
+    """Why the kernel declines the KV cache: fp8 only where the release's own Triton MLA
+    path reads it (as the real router decides from the release's source), nothing else
+    but bf16."""
+    from kctl.sglang.releases import reads_fp8_mla, release
+
+    if kv_cache_dtype in FP8_KV_DTYPES:
+        if reads_fp8_mla(release(version)):
+            return None
+        return (
+            f"KV cache dtype {kv_cache_dtype}: sglang {version}'s Triton MLA path does not "
+            "read a quantised KV cache"
+        )
+    if kv_cache_dtype not in BF16_KV_DTYPES:
+        return f"KV cache dtype {kv_cache_dtype} is not bf16 or fp8"
+    return None
+
+
 def declined_line(reason: str, sglang_version: str) -> str:
     # the reason is quoted, so it must not carry a double quote itself
     safe = reason.replace('"', "'")
@@ -81,8 +102,8 @@ def choose(args: ServerArgs, settings: Settings) -> VerifyChoice:
         reason = f"target verify runs on the {backend} attention backend, not triton"
     elif (hook := _path_reason(backend, version)) is not None:
         reason = hook
-    elif args.kv_cache_dtype not in BF16_KV_DTYPES:
-        reason = f"KV cache dtype {args.kv_cache_dtype} is not bf16 (quantised KV cache)"
+    elif (kv := _kv_reason(args.kv_cache_dtype, version)) is not None:
+        reason = kv
     elif args.page_size != 1:
         reason = f"page size {args.page_size}, the kernel needs page size 1"
     elif not args.speculative:

@@ -31,6 +31,7 @@ from kctl.sglang.releases import (
     kernel_choices,
     known_versions,
     newest,
+    reads_fp8_mla,
     release,
 )
 
@@ -139,11 +140,18 @@ def test_the_release_launcher_and_the_shim_entry() -> None:
 
 def _for(profile: Profile, version: str) -> Profile:
     """``profile`` as it is written for ``version``: the kdtree kernel through its plugin
-    backend where the release has plugin entry points (0.5.11 on)."""
-    server = profile.server
-    if server.verify_kernel == "kdtree" and kernel_choices(release(version)):
+    backend where the release has plugin entry points (0.5.11 on), else its startup hook;
+    an fp8 KV cache only where the release's Triton MLA path reads one (0.5.13 on)."""
+    server, rel = profile.server, release(version)
+    if server.verify_kernel == "kdtree":
         env = tuple((k, v) for k, v in server.env if k != "KDTREE_VERIFY")
-        server = dataclasses.replace(server, attention_backend="kdtree", env=env)
+        if kernel_choices(rel):
+            server = dataclasses.replace(server, attention_backend="kdtree", env=env)
+        else:
+            env = (*env, ("KDTREE_VERIFY", "1"))
+            server = dataclasses.replace(server, attention_backend="triton", env=env)
+        if server.kv_cache_dtype.startswith("fp8") and not reads_fp8_mla(rel):
+            server = dataclasses.replace(server, kv_cache_dtype="bf16")
     return dataclasses.replace(profile, server=server)
 
 
@@ -314,3 +322,24 @@ def test_plan_names_the_release_and_the_kernels_path(
     run = kctl("--state-dir", state, "--json", "plan", path, "--simulate", cwd=tmp_path)
     info = json.loads(run.stdout)["result"]["sglang"]
     assert info["version"] == version and info["attention_backend"] == backend
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("0.5.10", True), ("0.5.11", True), ("0.5.13", False), ("0.5.23", False)],
+)
+def test_the_kernel_takes_fp8_kv_where_the_release_reads_it(version: str, refused: bool) -> None:
+    profile = load_profile(REPO / "profiles" / "kdtree-graphs-fp8.yaml")
+    profile = dataclasses.replace(profile, image=dataclasses.replace(profile.image, sglang=version))
+    if not kernel_choices(release(version)):  # the startup hook on releases before plugins
+        env = (*profile.server.env, ("KDTREE_VERIFY", "1"))
+        server = dataclasses.replace(profile.server, attention_backend="triton", env=env)
+        profile = dataclasses.replace(profile, server=server)
+    found = argv_problems(profile)
+    if refused:
+        (problem,) = found
+        assert problem[0] == ("server", "kv_cache_dtype") and problem[2] == "fp8_e4m3"
+        assert f"SGLang {version}'s Triton MLA path does not read an fp8 KV cache" in problem[1]
+        assert "fix: kv_cache_dtype: bf16, or an image with SGLang 0.5.13 or later" in problem[1]
+    else:
+        assert found == []

@@ -155,11 +155,20 @@ def test_kernel_active_on_triton() -> None:
     )
 
 
+def test_kernel_active_on_fp8_where_the_release_reads_it() -> None:
+    argv = ["--attention-backend", "kdtree", "--kv-cache-dtype", "fp8_e5m2", *SPEC]
+    c = kernel.choose(
+        _parse(argv, "0.5.23"), settings.from_env({"KCTL_SIM_SGLANG_VERSION": "0.5.23"})
+    )
+    assert c.path == "kdtree" and c.line is not None and "path=plugin" in c.line
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "reason"),
     [
         (["--attention-backend", "flashinfer"], {}, "on the flashinfer attention backend"),
-        (["--kv-cache-dtype", "fp8_e4m3"], {}, "fp8_e4m3"),
+        (["--kv-cache-dtype", "fp8_e4m3"], {}, "0.5.10's Triton MLA path does not read"),
+        (["--kv-cache-dtype", "fp4_e2m1"], {}, "fp4_e2m1 is not bf16 or fp8"),
         (["--page-size", "16"], {}, "page size 16"),
         (["--speculative-num-draft-tokens", "32"], {}, "32 draft tokens"),
         ([], {"KCTL_SIM_FAULT": "kernel_declined"}, "simulated decline"),
