@@ -50,6 +50,19 @@ def image_for(ctx: Context, profile: Profile) -> str | None:
     )
 
 
+def check_image(ctx: Context, profile: Profile, image: str | None) -> None:
+    """Ask the built serving image which SGLang it holds and parse the profile's launch
+    argv with that release's own parser (:mod:`kctl.image.probe`, cached by image id):
+    ProfileError (exit 2) on a refusal or another release than the profile names. Nothing
+    to ask on the local runtime (``image`` None)."""
+    if image is None:
+        return
+    from kctl.image.probe import check_image_argv, image_release
+
+    ctx.reporter.progress(f"asking {image} which SGLang it holds")
+    check_image_argv(profile, image_release(image, state_dir=ctx.state_dir))
+
+
 def launch_spec_for(
     ctx: Context, profile: Profile, deployment_id: str, image: str | None
 ) -> LaunchSpec:

@@ -181,6 +181,10 @@ class _Deploy:
         if self.baseline is not None:
             images[self.baseline.content_hash] = common.image_for(ctx, self.baseline)
         build_s = round(ctx.monotonic() - build_s, 3)
+        # each image's own SGLang parses the argv it will run, before anything is stopped
+        common.check_image(ctx, cand, images[cand.content_hash])
+        if self.baseline is not None:
+            common.check_image(ctx, self.baseline, images[self.baseline.content_hash])
         dep = self.store.new_deployment(
             kind="deploy",
             profile=cand,

@@ -12,6 +12,7 @@ from importlib import resources
 import kctl
 from kctl.errors import ProfileError
 from kctl.profile.model import Profile
+from kctl.profile.release import DEFAULT_VERSION, release_version
 
 TEMPLATE = "Dockerfile.j2"
 
@@ -68,7 +69,8 @@ def render_dockerfile(profile: Profile) -> str:
     section, its name and the kctl version (raises ProfileError on unusable values).
 
     With ``image.install_simulator`` the image carries the simulator and its ``sglang``
-    shim instead of a compiled kernel (test images). The source hash label is filled in
+    shim instead of a compiled kernel (test images), imitating the profile's release (the
+    image answers kctl's probe as that release would). The source hash label is filled in
     at build time through the ``KCTL_SOURCE_HASH`` build argument, so this text does not
     depend on the files it builds.
     """
@@ -89,6 +91,7 @@ def render_dockerfile(profile: Profile) -> str:
         base=img.base,
         kernel_source=img.kernel_source if compiles_kernel else None,
         install_simulator=img.install_simulator,
+        sglang_version=release_version(img) or DEFAULT_VERSION,
         torch_cuda_arch_list=torch_cuda_arch_list(img.cuda_archs),
         # the label states what kctl compiled: "none" when no kernel is built into it
         cuda_archs=torch_cuda_arch_list(img.cuda_archs) if compiles_kernel else "none",

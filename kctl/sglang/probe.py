@@ -176,9 +176,18 @@ def launcher() -> dict[str, Any]:
     }
 
 
+def installed_version() -> str:
+    """The installed ``sglang``'s version: its distribution's, else the package's own
+    ``__version__`` (a source tree on the path, or kctl's simulator shim)."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return str(importlib.import_module("sglang").__version__)
+
+
 def main() -> int:
     out = {
-        "version": importlib.metadata.version("sglang"),
+        "version": installed_version(),
         "parser": describe_parser(capture_server_parser()),
         "launcher": launcher(),
     }
