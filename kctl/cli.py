@@ -231,11 +231,20 @@ def history(
 
 
 @app.command(cls=_Command)
-def bench(profile: str | None = typer.Argument(None, help="Profile whose gate to run.")) -> None:
+def bench(
+    profile: str | None = typer.Argument(None, help="Profile whose gate to run."),
+    bench_serving: str | None = typer.Option(
+        None,
+        "--bench-serving",
+        metavar="FILE",
+        help="Also append the results to FILE as SGLang's bench_serving writes them "
+        "(JSON lines, one per context).",
+    ),
+) -> None:
     """Run a gate workload against what serves now; stored, no deploy."""
     from kctl.controller.bench import bench as run
 
-    result = run(_context(), profile).to_dict()
+    result = run(_context(), profile, bench_serving=bench_serving).to_dict()
     text = result.get("table") or json.dumps(result["measurement"].get("summary", {}), indent=2)
     _emit("bench", result, text)
 

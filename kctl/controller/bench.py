@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
@@ -27,12 +28,19 @@ class BenchResult:
     table: str | None = None
     verdict: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the file the bench_serving lines were appended to, and how many
+    bench_serving: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
+def bench(
+    ctx: Context, profile_path: str | None = None, *, bench_serving: str | None = None
+) -> BenchResult:
+    """Measure what serves now with ``profile_path``'s gate (the serving profile's when
+    None) and store it; with ``bench_serving``, also append the measurement to that file
+    in SGLang's ``bench_serving`` result format (one JSON line per bucket)."""
     from kctl.gate import (
         Measurement,
         check_correctness,
@@ -42,6 +50,13 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
         render_table,
     )
 
+    if bench_serving is not None and not Path(bench_serving).resolve().parent.is_dir():
+        from kctl.errors import UsageError
+
+        raise UsageError(
+            f"--bench-serving {bench_serving}: its directory does not exist",
+            hint="name a file in an existing directory",
+        )
     with changing_host(ctx, "kctl bench") as host:
         store = host.store
         dep = store.serving()
@@ -77,6 +92,11 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
             data=meas.to_dict(),
         )
         result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
+        if bench_serving is not None:
+            result.bench_serving = _append_bench_serving(
+                bench_serving, meas, gate_profile, f"kctl {dep.id} {serving_profile.name}",
+                dep.server,
+            )  # fmt: skip
         base_path = serving_profile.baseline or gate_profile.baseline
         if base_path:
             base = common.load(base_path)
@@ -102,3 +122,27 @@ def bench(ctx: Context, profile_path: str | None = None) -> BenchResult:
                     f"no stored measurement of baseline {base.name} under this workload to compare with"
                 )
         return result
+
+
+def _append_bench_serving(
+    path: str, meas: Any, gate_profile: Any, tag: str, server_info: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Append ``meas`` to ``path`` as SGLang's bench_serving writes its results."""
+    import json
+
+    from kctl.errors import UsageError
+    from kctl.gate.bench_serving import bench_serving_rows
+
+    rows = bench_serving_rows(
+        meas, output_len=gate_profile.gate.output_tokens, tag=tag, server_info=server_info
+    )
+    text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows)
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(
+            f"--bench-serving {path}: cannot write: {exc.strerror}",
+            hint="name a writable file; the measurement itself is stored",
+        ) from exc
+    return {"path": path, "lines": len(rows)}

@@ -313,6 +313,27 @@ def test_bench_logs_plan_and_history_after_a_deploy(kctl: Kctl) -> None:
     assert bench["deployment_id"] == cand_id and bench["compared_with"] == "base"
     assert bench["verdict"]["verdict"] == "PASS"
     assert "23000" in kctl.run("bench").out
+    # bench --bench-serving: SGLang's bench_serving result lines, strict JSON, one a context
+    out = kctl.tmp / "bench.jsonl"
+    r = kctl.run("--json", "bench", "--bench-serving", str(out))
+    assert r.code == 0, r.err
+    assert r.json()["result"]["bench_serving"] == {"path": str(out), "lines": 2}
+
+    def strict(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    rows = [json.loads(line, parse_constant=strict) for line in out.read_text().splitlines()]
+    assert [row["random_input_len"] for row in rows] == [5700, 23000]
+    for row in rows:
+        assert row["backend"] == "sglang" and row["dataset_name"] == "random"
+        assert row["completed"] == 2 and row["max_concurrency"] == 1
+        assert row["total_output_tokens"] == 2 * row["random_output_len"]
+        assert row["output_throughput"] > 0 and row["median_ttft_ms"] > 0
+        assert row["p99_itl_ms"] >= row["median_itl_ms"] > 0
+        assert row["accept_length"] > 1 and row["server_info"]["version"] == "0.5.10"
+        assert row["tag"] == f"kctl {cand_id} cand"
+    r = kctl.run("bench", "--bench-serving", str(kctl.tmp / "no" / "dir" / "b.jsonl"))
+    assert r.code == 2 and "its directory does not exist" in r.err
     # logs: the serving process's own output, with the kernel activation line
     r = kctl.run("logs", "--tail", "200")
     assert r.code == 0 and "kdtree-verify: active" in r.out
