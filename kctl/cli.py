@@ -261,6 +261,7 @@ def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
         f"runtime: {result['runtime']}" + (" (simulated)" if result["simulate"] else ""),
         f"baseline: {result['baseline'] or 'none (this profile is a baseline)'}",
         describe_release(result["sglang"]),
+        *(f"  warning: {w}" for w in result["warnings"]),
         "launch: " + " ".join(result["launch"]["argv"]),
         "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
         f"gate: {result['gate']['requests']} requests over contexts "
@@ -292,6 +293,7 @@ def _duration(seconds: float | None) -> str:
 def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.")) -> None:
     """Validate profiles; every problem with its file, field and fix."""
     from kctl.errors import ProfileError
+    from kctl.launch import argv_warnings
     from kctl.profile.loader import load_profile
 
     results: list[dict[str, Any]] = []
@@ -299,12 +301,17 @@ def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.
     for path in profiles:
         try:
             p = load_profile(path)
-            results.append({"path": path, "ok": True, "hash": p.content_hash})
+            warnings = [f"{path}: {w}" for w in argv_warnings(p)]
+            results.append({"path": path, "ok": True, "hash": p.content_hash, "warnings": warnings})
         except ProfileError as exc:
             problems += exc.problems
             results.append({"path": path, "ok": False, "problems": exc.problems})
     text = "\n".join(
-        f"ok {r['path']} ({r['hash'][:12]})" if r["ok"] else "\n".join(r["problems"])
+        "\n".join(
+            [f"ok {r['path']} ({r['hash'][:12]})", *(f"  warning: {w}" for w in r["warnings"])]
+        )
+        if r["ok"]
+        else "\n".join(r["problems"])
         for r in results
     )
     _emit("validate", results, text, exit_code=2 if problems else 0)

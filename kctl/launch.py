@@ -152,12 +152,12 @@ def _located(
     return path, (_field_value(profile, path) if index < own else tokens[index][0])
 
 
-def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
-    """What the server parser of the profile's release (or ``rel``) refuses in the
-    profile's launch argv: unknown or removed flags, values outside the choices, and any
-    ``extra_args`` item that reaches a flag kctl manages (by alias, abbreviation or
-    ``--config``). Each as ``(field path, message with the fix, value)``; warnings
-    (a deprecated flag the release still accepts) are left out."""
+def argv_findings(profile: Profile, rel: Release | None = None) -> tuple[list[Found], list[Found]]:
+    """``(errors, warnings)`` of the server parser of the profile's release (or ``rel``) on
+    the profile's launch argv, each as ``(field path, message with the fix, value)``.
+    Errors: unknown or removed flags, values outside the choices, and any ``extra_args``
+    item that reaches a flag kctl manages (by alias, abbreviation or ``--config``).
+    Warnings: a deprecated flag the release still accepts, with its replacement."""
     rel = rel or profile_release(profile)
     tokens = _rendered(profile.server, rel)
     argv = [t for t, _ in tokens]
@@ -170,16 +170,30 @@ def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
         for flag, field in flags.items()
         if (dest := rel.dest_of(flag)) is not None
     }
-    found = _kernel_path_problems(profile, rel)
+    errors, warnings = _kernel_path_problems(profile, rel), list[Found]()
     for p in check_argv(rel, argv, managed, own=own, extra_choices=kernel_choices(rel)):
-        if p.severity != "error":
-            continue
         path, value = _located(profile, tokens, own, p.index)
         message = p.message if p.message.startswith(p.flag) else f"{p.flag}: {p.message}"
         if "SGLang" not in message:
             message = f"SGLang {rel.version}: {message}"
-        found.append((path, f"{message}; fix: {p.fix}", value))
-    return found
+        found = (path, f"{message}; fix: {p.fix}", value)
+        (errors if p.severity == "error" else warnings).append(found)
+    return errors, warnings
+
+
+def argv_problems(profile: Profile, rel: Release | None = None) -> list[Found]:
+    """The errors of :func:`argv_findings` (what the release's parser refuses)."""
+    return argv_findings(profile, rel)[0]
+
+
+def argv_warnings(profile: Profile, rel: Release | None = None) -> list[str]:
+    """The warnings of :func:`argv_findings` as lines: ``<field>: <message>; fix: ...``."""
+    from kctl.profile.validate import format_path
+
+    return [
+        f"{format_path(path)}: {msg} (got {value!r})"
+        for path, msg, value in argv_findings(profile, rel)[1]
+    ]
 
 
 def check_launch(profile: Profile) -> None:

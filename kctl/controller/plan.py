@@ -13,7 +13,7 @@ from kctl.controller import common
 from kctl.controller.deploy import observe
 from kctl.controller.planner import Observed, plan_deploy
 from kctl.errors import RuntimeUnavailable
-from kctl.launch import release_info
+from kctl.launch import argv_warnings, release_info
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -54,6 +54,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "runtime": kind,
         **ctx.backend.describe(),
         "sglang": release_info(candidate),
+        "warnings": argv_warnings(candidate),
         "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
         "gate": {
             "contexts": list(candidate.gate.contexts),

@@ -343,3 +343,18 @@ def test_the_kernel_takes_fp8_kv_where_the_release_reads_it(version: str, refuse
         assert "fix: kv_cache_dtype: bf16, or an image with SGLang 0.5.13 or later" in problem[1]
     else:
         assert found == []
+
+
+def test_a_deprecated_flag_is_a_warning_with_its_replacement(tmp_path: Path) -> None:
+    body = "image: {sglang: '0.5.23'}\nserver:\n  extra_args: ['--enable-flashinfer-allreduce-fusion']\n"
+    path = _profile(tmp_path, "dep", body)
+    run = kctl("--json", "validate", path, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (row,) = json.loads(run.stdout)["result"]
+    (warning,) = row["warnings"]
+    assert warning.startswith(f"{path}: server.extra_args[0]: --enable-flashinfer-allreduce-fusion")
+    assert "deprecated in SGLang 0.5.23" in warning
+    assert "fix: use --flashinfer-allreduce-fusion-backend=auto" in warning
+    state = str(tmp_path / "state")
+    run = kctl("--state-dir", state, "plan", path, "--simulate", cwd=tmp_path)
+    assert run.returncode == 0 and "  warning: server.extra_args[0]: " in run.stdout
