@@ -97,7 +97,7 @@ def _image(profile: Profile, fleet: FleetSpec) -> tuple[str, str] | str:
     if fleet.k8s.registry is None:
         return (
             f"the profile's image {tag} is built by kctl from image.kernel_source and exists "
-            "only in the local Docker engine; a cluster pulls images from a registry. Fix: "
+            "only in the local Docker engine; a cluster pulls images from a registry; fix: "
             f"`kctl build {profile.source}`, `docker tag {tag} REGISTRY/{tag}`, "
             f"`docker push REGISTRY/{tag}`, and set k8s.registry: REGISTRY in the fleet file"
         )
@@ -112,7 +112,7 @@ def _gpus(profile: Profile, fleet: FleetSpec) -> int | str:
     if isinstance(gpus, tuple) and gpus:
         return (
             f"runtime.gpus lists device indices {list(gpus)}; on Kubernetes the device plugin "
-            "picks a pod's GPUs. Fix: runtime.gpus: all, and the count in the fleet's "
+            "picks a pod's GPUs; fix: runtime.gpus: all, and the count in the fleet's "
             "gpus_per_replica (default: server.tp)"
         )
     if gpus == ():
@@ -151,12 +151,12 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
     if profile.runtime.kind != "docker":
         problems.append(
             f"{src}: runtime.kind: {profile.runtime.kind!r} runs SGLang as a host process; "
-            "Kubernetes runs containers. Fix: render a profile with runtime.kind: docker"
+            "Kubernetes runs containers; fix: render a profile with runtime.kind: docker"
         )
     if profile.server.host in _LOOPBACK:
         problems.append(
             f"{src}: server.host: {profile.server.host!r} is reachable only inside the pod; "
-            "the kubelet's probes and the Service connect to the pod's IP. Fix: server.host: 0.0.0.0"
+            "the kubelet's probes and the Service connect to the pod's IP; fix: server.host: 0.0.0.0"
         )
     if why := names.label_value(profile.name):
         problems.append(f"{src}: profile name {profile.name!r}: as a label value it {why}; fix: rename the file")
