@@ -296,7 +296,9 @@ def render(
     from kctl.k8s.render import render_command
 
     if not k8s:
-        raise UsageError("kctl render needs a format", hint="kctl render --k8s PROFILE --fleet FLEET")
+        raise UsageError(
+            "kctl render needs a format", hint="kctl render --k8s PROFILE --fleet FLEET"
+        )
     result, text = render_command(profile, fleet, out=out, with_argo=argo)
     _emit("render", result, text)
 

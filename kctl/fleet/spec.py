@@ -106,11 +106,16 @@ class K8sSpec:
     #: ``registry.example.com/ml``: the pods run ``<registry>/kctl/<profile>:<hash>``.
     #: Needed for profiles whose image kctl builds (a kernel); None = only profiles that run
     #: ``image.base`` as it is can be rendered
-    registry: Annotated[
-        str,
-        Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([-a-z0-9._]*[a-z0-9])?)*$"),
-        says("must be a registry repository without a tag, e.g. 'registry.example.com/ml'"),
-    ] | None = None
+    registry: (
+        Annotated[
+            str,
+            Field(
+                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([-a-z0-9._]*[a-z0-9])?)*$"
+            ),
+            says("must be a registry repository without a tag, e.g. 'registry.example.com/ml'"),
+        ]
+        | None
+    ) = None
     #: the pods' node selector ``key=value``; None = ``swarm.node_label`` (the same fleet)
     node_label: NodeLabel | None = None
     #: the port the leader of a multi-node replica listens on for ``--dist-init-addr``

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kctl.k8s.pod import annotations, labels, selector
+from kctl.k8s.pod import fingerprint_annotations, labels, selector
 from kctl.k8s.target import Target, seconds
 from kctl.k8s.workload import metadata, progress_deadline, rolling, service
 
@@ -100,7 +100,10 @@ def analysis_template(target: Target) -> dict[str, Any]:
     port = target.profile.server.port
     url = f"http://{canary_service_name(target)}.{fleet.k8s.namespace}.svc:{port}"
     job_pod = {
-        "metadata": {"labels": {**labels(target), "kctl.role": "smoke"}, "annotations": annotations(target)},
+        "metadata": {
+            "labels": {**labels(target), "kctl.role": "smoke"},
+            "annotations": fingerprint_annotations(target),
+        },
         "spec": {
             "restartPolicy": "Never",
             "containers": [

@@ -70,7 +70,9 @@ def load_fleet(path: str | Path) -> FleetSpec:
         raise ProfileError([f"{display}: {exc}"]) from None
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
-        raise ProfileError([f"{display}: (top level): must be a mapping with kind: fleet (got {got})"])
+        raise ProfileError(
+            [f"{display}: (top level): must be a mapping with kind: fleet (got {got})"]
+        )
     if "source" in data:
         raise ProfileError([f"{display}: source: set by kctl, not by the file; remove it"])
     try:

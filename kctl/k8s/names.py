@@ -47,7 +47,9 @@ def qualified_name(value: str) -> str | None:
     if prefix and dns_subdomain(prefix):
         return f"prefix {prefix!r} must be a DNS-1123 subdomain"
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        return "must be a qualified name: [prefix/]name, name at most 63 alphanumerics, '-', '_', '.'"
+        return (
+            "must be a qualified name: [prefix/]name, name at most 63 alphanumerics, '-', '_', '.'"
+        )
     return None
 
 
@@ -149,7 +151,11 @@ def problems(obj: dict[str, Any]) -> list[str]:
     for path, template in pod_templates(obj):
         found += _metadata(f"{path}.metadata", template.get("metadata") or {})
         found += _pod_spec(f"{path}.spec", template.get("spec") or {})
-    for i, port in enumerate((obj.get("spec") or {}).get("ports") or ()) if obj.get("kind") == "Service" else ():
+    for i, port in (
+        enumerate((obj.get("spec") or {}).get("ports") or ())
+        if obj.get("kind") == "Service"
+        else ()
+    ):
         if "name" in port and (why := port_name(port["name"])):
             found.append(f"spec.ports[{i}].name: {port['name']!r} {why}")
     return [f"{head}: {line}" for line in found]
@@ -169,7 +175,10 @@ def pod_templates(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return out
     if kind == "AnalysisTemplate":
         return [
-            (f"spec.metrics[{i}].provider.job.spec.template", m["provider"]["job"]["spec"]["template"])
+            (
+                f"spec.metrics[{i}].provider.job.spec.template",
+                m["provider"]["job"]["spec"]["template"],
+            )
             for i, m in enumerate(spec.get("metrics") or ())
             if "job" in (m.get("provider") or {})
         ]

@@ -68,7 +68,7 @@ def labels(target: Target) -> dict[str, str]:
     }
 
 
-def annotations(target: Target) -> dict[str, str]:
+def fingerprint_annotations(target: Target) -> dict[str, str]:
     """The whole fingerprint (the hash kctl's store records), the release and the image's
     origin."""
     return {
@@ -159,7 +159,11 @@ def container(target: Target, *, role: str) -> dict[str, Any]:
         out["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
     if role == "leader":
         out["ports"].append(
-            {"name": "dist-init", "containerPort": target.fleet.k8s.dist_init_port, "protocol": "TCP"}
+            {
+                "name": "dist-init",
+                "containerPort": target.fleet.k8s.dist_init_port,
+                "protocol": "TCP",
+            }
         )
     if target.gpus_per_pod:
         out["resources"] = {"limits": {target.fleet.k8s.gpu_resource: target.gpus_per_pod}}
@@ -178,7 +182,9 @@ def node_selector(target: Target) -> dict[str, str]:
     return {key: value}
 
 
-def pod_template(target: Target, *, role: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_template(
+    target: Target, *, role: str, extra_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A PodTemplateSpec running :func:`container`."""
     volumes, _ = _volumes(target)
     spec: dict[str, Any] = {
@@ -192,7 +198,7 @@ def pod_template(target: Target, *, role: str, extra_labels: dict[str, str] | No
     return {
         "metadata": {
             "labels": {**labels(target), **(extra_labels or {})},
-            "annotations": annotations(target),
+            "annotations": fingerprint_annotations(target),
         },
         "spec": spec,
     }

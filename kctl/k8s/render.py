@@ -74,7 +74,11 @@ def render(profile: Profile, fleet: FleetSpec, *, with_argo: bool = False) -> Re
     if target.multi_node:
         objects = [workload.leader_worker_set(target), workload.service(target)]
     elif with_argo:
-        objects = [workload.deployment(target, replicas=0), workload.service(target), *argo.objects(target)]
+        objects = [
+            workload.deployment(target, replicas=0),
+            workload.service(target),
+            *argo.objects(target),
+        ]
     else:
         objects = [workload.deployment(target), workload.service(target)]
     problems = [line for obj in objects for line in names.problems(obj)]
@@ -101,7 +105,9 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     return paths
 
 
-def render_command(profile_path: str, fleet_path: str, *, out: Path | None, with_argo: bool) -> tuple[dict[str, Any], str]:
+def render_command(
+    profile_path: str, fleet_path: str, *, out: Path | None, with_argo: bool
+) -> tuple[dict[str, Any], str]:
     """What ``kctl render --k8s`` prints: the ``--json`` result and the text (the YAML, or
     the files written to ``out``)."""
     from kctl.k8s.fleetfile import load_fleet

@@ -159,7 +159,9 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
             "the kubelet's probes and the Service connect to the pod's IP; fix: server.host: 0.0.0.0"
         )
     if why := names.label_value(profile.name):
-        problems.append(f"{src}: profile name {profile.name!r}: as a label value it {why}; fix: rename the file")
+        problems.append(
+            f"{src}: profile name {profile.name!r}: as a label value it {why}; fix: rename the file"
+        )
     if why := names.dns_label(fleet.k8s.namespace):
         problems.append(f"{fleet.source}: k8s.namespace: {fleet.k8s.namespace!r} {why}")
     if why := names.resource_name(fleet.k8s.gpu_resource):
@@ -176,7 +178,9 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
     args = list(server_args(profile.server, rel))
     own = len(args) - len(profile.server.extra_args)
     probe = [*args[:own], *multi_node_args(rel, fleet, rank="1"), *args[own:]]
-    problems += (f"{src}: {line}" for line in _argv_problems(probe, rel, own + len(probe) - len(args)))
+    problems += (
+        f"{src}: {line}" for line in _argv_problems(probe, rel, own + len(probe) - len(args))
+    )
     if problems or isinstance(image, str) or isinstance(gpus, str):
         raise NotExpressible(problems)
     head = launcher(profile, rel)

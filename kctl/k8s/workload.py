@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kctl.k8s.pod import PORT_NAME, annotations, labels, pod_template, selector
+from kctl.k8s.pod import PORT_NAME, fingerprint_annotations, labels, pod_template, selector
 from kctl.k8s.target import Target, seconds
 
 #: what a model image pull may take before the load starts: the SGLang images are
@@ -31,7 +31,7 @@ def metadata(target: Target, name: str) -> dict[str, Any]:
         "name": name,
         "namespace": target.fleet.k8s.namespace,
         "labels": labels(target),
-        "annotations": annotations(target),
+        "annotations": fingerprint_annotations(target),
     }
 
 
@@ -94,14 +94,20 @@ def leader_worker_set(target: Target) -> dict[str, Any]:
             "leaderWorkerTemplate": {
                 "size": target.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": pod_template(target, role="leader", extra_labels={"kctl.role": "leader"}),
-                "workerTemplate": pod_template(target, role="worker", extra_labels={"kctl.role": "worker"}),
+                "leaderTemplate": pod_template(
+                    target, role="leader", extra_labels={"kctl.role": "leader"}
+                ),
+                "workerTemplate": pod_template(
+                    target, role="worker", extra_labels={"kctl.role": "worker"}
+                ),
             },
         },
     }
 
 
-def service(target: Target, *, name: str | None = None, extra_selector: dict[str, str] | None = None) -> dict[str, Any]:
+def service(
+    target: Target, *, name: str | None = None, extra_selector: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The fleet's Service: the serving port of every replica (of each group's leader in a
     LeaderWorkerSet)."""
     chosen = selector(target)
@@ -115,6 +121,8 @@ def service(target: Target, *, name: str | None = None, extra_selector: dict[str
         "spec": {
             "type": "ClusterIP",
             "selector": {**chosen, **(extra_selector or {})},
-            "ports": [{"name": PORT_NAME, "port": port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+            "ports": [
+                {"name": PORT_NAME, "port": port, "targetPort": PORT_NAME, "protocol": "TCP"}
+            ],
         },
     }

@@ -35,7 +35,12 @@ def core(obj: dict[str, Any], version: str) -> str:
 
 
 def pod_template(template: dict[str, Any], version: str, where: str) -> str:
-    wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": where}, "template": template}
+    wrapped = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": where},
+        "template": template,
+    }
     return core(wrapped, version)
 
 
@@ -48,7 +53,11 @@ def validate(obj: dict[str, Any], version: str) -> list[str]:
     if key == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
         _crd_validator("leaderworkerset-v1.schema.json").validate(obj)
         lwt = obj["spec"]["leaderWorkerTemplate"]
-        return [pod_template(lwt[k], version, k.lower()) for k in ("leaderTemplate", "workerTemplate") if k in lwt]
+        return [
+            pod_template(lwt[k], version, k.lower())
+            for k in ("leaderTemplate", "workerTemplate")
+            if k in lwt
+        ]
     if key == ("argoproj.io/v1alpha1", "Rollout"):
         _crd_validator("argo-rollouts-v1alpha1.schema.json").validate(obj)
         return []
@@ -57,7 +66,12 @@ def validate(obj: dict[str, Any], version: str) -> list[str]:
         used = []
         for metric in obj["spec"]["metrics"]:
             job = metric["provider"]["job"]
-            wrapped = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": metric["name"], **job.get("metadata", {})}, "spec": job["spec"]}
+            wrapped = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": metric["name"], **job.get("metadata", {})},
+                "spec": job["spec"],
+            }
             used.append(core(wrapped, version))
         return used
     raise AssertionError(f"no schema for {key}: a rendered kind the tests do not validate")

@@ -84,9 +84,13 @@ def test_probes_come_from_the_health_section_and_outlast_the_model_load() -> Non
     assert all(p["httpGet"]["port"] == "http" for p in (start, ready, live))
 
 
-def test_readiness_asks_health_when_the_profile_needs_no_generation(write: Callable[[str, str], str]) -> None:
+def test_readiness_asks_health_when_the_profile_needs_no_generation(
+    write: Callable[[str, str], str],
+) -> None:
     path = write("p.yaml", f"extends: {TRITON}\nhealth: {{require_generation: false}}\n")
-    c = _pods(render(load_profile(path), load_fleet(EXAMPLE)).objects)["single"]["spec"]["containers"][0]
+    c = _pods(render(load_profile(path), load_fleet(EXAMPLE)).objects)["single"]["spec"][
+        "containers"
+    ][0]
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
 
 
@@ -136,7 +140,9 @@ def test_the_rollout_block_becomes_the_rolling_update() -> None:
     assert dep["minReadySeconds"] == 30
     assert dep["progressDeadlineSeconds"] > profile.health.deadline_s + 30
     assert dep["revisionHistoryLimit"] == profile.runtime.retain
-    full = dataclasses.replace(load_fleet(EXAMPLE), rollout=RolloutSpec(canary=1, parallelism=2, min_healthy=4))
+    full = dataclasses.replace(
+        load_fleet(EXAMPLE), rollout=RolloutSpec(canary=1, parallelism=2, min_healthy=4)
+    )
     spec = render(profile, full).objects[0]["spec"]
     assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 2}
 
@@ -147,7 +153,12 @@ def test_the_argo_canary_follows_the_rollout_block() -> None:
     dep, _, rollout, canary_svc, analysis = objs
     assert dep["spec"]["replicas"] == 0  # the Rollout owns the pods
     spec = rollout["spec"]
-    assert spec["workloadRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "kimi-k26", "scaleDown": "progressively"}
+    assert spec["workloadRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "kimi-k26",
+        "scaleDown": "progressively",
+    }
     assert spec["replicas"] == 4
     assert spec["strategy"]["canary"]["steps"] == [
         {"setWeight": 25},
@@ -157,14 +168,22 @@ def test_the_argo_canary_follows_the_rollout_block() -> None:
         {"setWeight": 75},
         {"pause": {"duration": "30s"}},
     ]
-    assert spec["strategy"]["canary"]["canaryService"] == canary_svc["metadata"]["name"] == "kimi-k26-canary"
-    job = analysis["spec"]["metrics"][0]["provider"]["job"]["spec"]["template"]["spec"]["containers"][0]
+    assert (
+        spec["strategy"]["canary"]["canaryService"]
+        == canary_svc["metadata"]["name"]
+        == "kimi-k26-canary"
+    )
+    job = analysis["spec"]["metrics"][0]["provider"]["job"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     assert job["command"][-2:] == ["http://kimi-k26-canary.inference.svc:30000", "3"]
     compile(argo.SMOKE, "smoke", "exec")  # the check the Job runs is valid Python
 
 
 def test_no_smoke_requests_no_analysis() -> None:
-    fleet = dataclasses.replace(load_fleet(EXAMPLE), rollout=RolloutSpec(canary=1, smoke_requests=0))
+    fleet = dataclasses.replace(
+        load_fleet(EXAMPLE), rollout=RolloutSpec(canary=1, smoke_requests=0)
+    )
     objs = render(load_profile(KDTREE), fleet, with_argo=True).objects
     assert [o["kind"] for o in objs] == ["Deployment", "Service", "Rollout", "Service"]
     assert all("analysis" not in s for s in objs[2]["spec"]["strategy"]["canary"]["steps"])
@@ -187,9 +206,14 @@ def test_a_kernel_image_needs_a_registry() -> None:
 
 
 def test_a_local_runtime_profile_is_refused(write: Callable[[str, str], str]) -> None:
-    path = write("p.yaml", "server: {model_path: /m, host: 0.0.0.0}\nruntime: {kind: local, gpus: []}\n")
+    path = write(
+        "p.yaml", "server: {model_path: /m, host: 0.0.0.0}\nruntime: {kind: local, gpus: []}\n"
+    )
     text = _refused(load_profile(path), _fleet())
-    assert "runtime.kind: 'local'" in text and "fix: render a profile with runtime.kind: docker" in text
+    assert (
+        "runtime.kind: 'local'" in text
+        and "fix: render a profile with runtime.kind: docker" in text
+    )
 
 
 @pytest.mark.parametrize(
@@ -198,7 +222,11 @@ def test_a_local_runtime_profile_is_refused(write: Callable[[str, str], str]) ->
         ("runtime: {gpus: [0, 1]}", {}, "device plugin picks"),
         ("server: {host: 127.0.0.1}", {}, "fix: server.host: 0.0.0.0"),
         ("server: {tp: 8}", {"gpus_per_replica": 4}, "fix: gpus_per_replica: 8"),
-        ("server: {extra_args: ['--nnodes', '2']}", {}, "kctl render --k8s sets it from k8s.nodes_per_replica"),
+        (
+            "server: {extra_args: ['--nnodes', '2']}",
+            {},
+            "kctl render --k8s sets it from k8s.nodes_per_replica",
+        ),
         ("server: {extra_args: ['--dist-init=x:1']}", {}, "kctl render --k8s sets it"),
     ],
     ids=["device-indices", "loopback", "too-few-gpus", "extra-nnodes", "extra-abbreviation"],
@@ -231,7 +259,9 @@ def test_argo_does_not_drive_a_leader_worker_set() -> None:
 
 
 def test_every_problem_is_listed_at_once(write: Callable[[str, str], str]) -> None:
-    path = write("p.yaml", f"extends: {TRITON}\nserver: {{host: 127.0.0.1}}\nruntime: {{gpus: [0]}}\n")
+    path = write(
+        "p.yaml", f"extends: {TRITON}\nserver: {{host: 127.0.0.1}}\nruntime: {{gpus: [0]}}\n"
+    )
     with pytest.raises(NotExpressible) as info:
         resolve(load_profile(path), _fleet(version="1.20"))
     assert len(info.value.problems) == 3
@@ -240,4 +270,7 @@ def test_every_problem_is_listed_at_once(write: Callable[[str, str], str]) -> No
 def test_k8s_spec_defaults_render() -> None:
     fleet = FleetSpec(kind="fleet", name="f", source="f.yaml", replicas=2, k8s=K8sSpec())
     objs = render(load_profile(TRITON), fleet).objects
-    assert objs[0]["metadata"]["namespace"] == "default" and "nodeSelector" not in objs[0]["spec"]["template"]["spec"]
+    assert (
+        objs[0]["metadata"]["namespace"] == "default"
+        and "nodeSelector" not in objs[0]["spec"]["template"]["spec"]
+    )

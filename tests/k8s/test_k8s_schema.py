@@ -41,7 +41,9 @@ def _cases() -> list[tuple[Path, Path, bool]]:
     _cases(),
     ids=lambda v: v.stem if isinstance(v, Path) else ("argo" if v else "plain"),
 )
-def test_every_shipped_profile_on_every_fleet_validates(profile: Path, fleet: Path, argo: bool) -> None:
+def test_every_shipped_profile_on_every_fleet_validates(
+    profile: Path, fleet: Path, argo: bool
+) -> None:
     spec = load_fleet(fleet)
     rendered = render(load_profile(profile), spec, with_argo=argo)
     kinds = [o["kind"] for o in rendered.objects]
@@ -145,7 +147,9 @@ def test_a_worker_template_without_a_container_name_fails(multi: Rendered) -> No
     ],
     ids=["restartPolicy", "size", "startupPolicy", "rollout-type", "unknown-field"],
 )
-def test_a_broken_leader_worker_set_envelope_fails(multi: Rendered, path: tuple[str, ...], value: Any) -> None:
+def test_a_broken_leader_worker_set_envelope_fails(
+    multi: Rendered, path: tuple[str, ...], value: Any
+) -> None:
     lws = _obj(multi, "LeaderWorkerSet")
     node = lws
     for key in path[:-1]:
@@ -184,7 +188,9 @@ def test_broken_argo_objects_fail(single: Rendered) -> None:
     ],
     ids=["resource-name", "quantity", "port-name", "container-name"],
 )
-def test_values_the_api_server_refuses_and_the_schemas_allow_are_caught(single: Rendered, edit: Any, expected: str) -> None:
+def test_values_the_api_server_refuses_and_the_schemas_allow_are_caught(
+    single: Rendered, edit: Any, expected: str
+) -> None:
     dep = _obj(single, "Deployment")
     edit(_container(dep))
     validate(dep, "1.31")  # the schema has no word on these values
