@@ -126,6 +126,7 @@ def test_a_multi_node_replica_is_a_leader_worker_set_with_the_release_flags() ->
     # only the leader serves HTTP: probes and the Service are on the leader
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
     assert svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    assert pods["worker"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.count": "4"}  # k8s.node_label
     # the release's own parser accepts the argv (the worker's rank as LWS fills it in)
     rel = profile_release(profile)
     argv = [*worker["args"][2:-1], "1"]
@@ -274,3 +275,20 @@ def test_k8s_spec_defaults_render() -> None:
         objs[0]["metadata"]["namespace"] == "default"
         and "nodeSelector" not in objs[0]["spec"]["template"]["spec"]
     )
+
+
+def test_a_newer_release_gets_its_own_spelling(write: Callable[[str, str], str]) -> None:
+    path = write(
+        "p.yaml",
+        f"extends: {TRITON}\nimage: {{sglang: '0.5.23'}}\nserver: {{cuda_graphs: false}}\n",
+    )
+    profile = load_profile(path)
+    lws = render(profile, load_fleet(MULTINODE)).objects[0]
+    args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert args[: len(launch_spec(profile, "d", simulate=False).argv)] == list(
+        launch_spec(profile, "d", simulate=False).argv
+    )
+    assert "--cuda-graph-backend-decode" in args and "--disable-cuda-graph" not in args
+    assert lws["metadata"]["annotations"]["kctl.sglang-release"] == "0.5.23"
+    rel = profile_release(profile)
+    assert [p for p in check_argv(rel, args[2:]) if p.severity == "error"] == []
