@@ -290,6 +290,32 @@ def _duration(seconds: float | None) -> str:
 
 
 @app.command(cls=_Command)
+def render(
+    profile: str = typer.Argument(..., help="Profile YAML: what serves."),
+    k8s: bool = flag("--k8s", help="Render Kubernetes objects (the only format so far)."),
+    fleet: str = typer.Option(..., "--fleet", help="Fleet YAML: replicas, k8s settings."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write one YAML file per object here instead of stdout."
+    ),
+    argo: bool = flag(
+        "--argo", help="Also render the canary as an Argo Rollout (single-node replicas)."
+    ),
+) -> None:
+    """Render PROFILE on the fleet FLEET as Kubernetes objects: a Deployment (or a
+    LeaderWorkerSet when a replica spans nodes), a Service, probes on SGLang's health
+    endpoints, GPU limits. Rendered only: kctl applies nothing. docs/kubernetes.md."""
+    from kctl.errors import UsageError
+    from kctl.k8s.render import render_command
+
+    if not k8s:
+        raise UsageError(
+            "kctl render needs a format", hint="kctl render --k8s PROFILE --fleet FLEET"
+        )
+    result, text = render_command(profile, fleet, out=out, with_argo=argo)
+    _emit("render", result, text)
+
+
+@app.command(cls=_Command)
 def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.")) -> None:
     """Validate profiles; every problem with its file, field and fix."""
     from kctl.errors import ProfileError

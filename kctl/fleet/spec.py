@@ -102,6 +102,24 @@ class K8sSpec:
     gpu_resource: ResourceName = "nvidia.com/gpu"
     #: nodes per replica: 1 = a Deployment; >1 = a LeaderWorkerSet (multi-node tensor parallel)
     nodes_per_replica: PosInt = 1
+    #: registry repository the kctl-built serving image is pushed to, e.g.
+    #: ``registry.example.com/ml``: the pods run ``<registry>/kctl/<profile>:<hash>``.
+    #: Needed for profiles whose image kctl builds (a kernel); None = only profiles that run
+    #: ``image.base`` as it is can be rendered
+    registry: (
+        Annotated[
+            str,
+            Field(
+                pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([-a-z0-9._]*[a-z0-9])?)*$"
+            ),
+            says("must be a registry repository without a tag, e.g. 'registry.example.com/ml'"),
+        ]
+        | None
+    ) = None
+    #: the pods' node selector ``key=value``; None = ``swarm.node_label`` (the same fleet)
+    node_label: NodeLabel | None = None
+    #: the port the leader of a multi-node replica listens on for ``--dist-init-addr``
+    dist_init_port: Port = 20000
 
 
 @dataclass(frozen=True, config=CONFIG)

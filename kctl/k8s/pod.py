@@ -1,0 +1,204 @@
+"""The SGLang pod as Kubernetes data: the container kctl's docker runtime runs
+(:mod:`kctl.runtime.docker.spec`), said the way a pod says it. Pure functions.
+
+Docker run spec -> pod:
+
+* the container's command (Docker's CMD) -> ``args`` (Kubernetes' CMD), so the image's
+  entrypoint runs as under ``docker run``;
+* ``shm_size`` -> ``/dev/shm`` as a memory-backed ``emptyDir`` of that size;
+* ``init: true`` (docker-init forwards SIGTERM and reaps SGLang's workers) ->
+  ``shareProcessNamespace: true``: the pod's pause process is PID 1 and reaps, and the
+  server, no longer PID 1, dies on SIGTERM by default;
+* GPU device requests -> ``resources.limits[<gpu_resource>]`` (extended resources are
+  requested by their limit);
+* bind mounts -> ``hostPath`` volumes (the weights are on every node, as on the host);
+* ``stop_timeout_s`` -> ``terminationGracePeriodSeconds``;
+* host networking, ``ipc=host`` and the memlock/stack ulimits are not rendered: the pod has
+  its own network (a Service in front), ``/dev/shm`` replaces the host IPC namespace, and
+  ulimits are the container runtime's settings on the node.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kctl.k8s.target import LWS_WORKER_INDEX, Target, multi_node_args, seconds
+from kctl.launch import SIM_RELEASE_ENV, simulator_env
+
+CONTAINER = "sglang"
+PORT_NAME = "http"
+#: SGLang's health endpoints: ``/health`` answers once the server runs; ``/health_generate``
+#: runs a one-token generation first. Every release in kctl's table (0.5.9 on) serves both.
+HEALTH = "/health"
+HEALTH_GENERATE = "/health_generate"
+#: how often a serving pod's readiness and liveness are probed
+READY_PERIOD_S = 10
+LIVE_PERIOD_S = 30
+#: labels that select a fleet's pods (never the profile: a new profile is an update of the
+#: same workload, and a selector cannot change)
+SELECTOR_KEYS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+_SIZE = re.compile(r"^(\d+)([bkmgBKMG]?)$")
+_BINARY = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
+
+
+def quantity(docker_size: str) -> str:
+    """A docker size (``32g``: binary units, as ``--shm-size`` reads it) as a Kubernetes
+    quantity (``32Gi``)."""
+    m = _SIZE.match(docker_size)
+    if m is None:  # the profile model allows nothing else
+        raise ValueError(f"not a docker size: {docker_size!r}")
+    return m.group(1) + _BINARY[m.group(2).lower()]
+
+
+def selector(target: Target) -> dict[str, str]:
+    return {SELECTOR_KEYS[0]: "sglang", SELECTOR_KEYS[1]: target.fleet.name}
+
+
+def labels(target: Target) -> dict[str, str]:
+    """Labels of every object and pod: the fleet, the profile and its content hash (the
+    first 12 hex digits, as kctl prints it; the whole hash is an annotation)."""
+    p = target.profile
+    return {
+        **selector(target),
+        "app.kubernetes.io/managed-by": "kctl",
+        "kctl.fleet": target.fleet.name,
+        "kctl.profile": p.name,
+        "kctl.profile-hash": p.content_hash[:12],
+    }
+
+
+def fingerprint_annotations(target: Target) -> dict[str, str]:
+    """The whole fingerprint (the hash kctl's store records), the release and the image's
+    origin."""
+    return {
+        "kctl.profile-hash": target.profile.content_hash,
+        "kctl.sglang-release": target.release.version,
+        "kctl.image-source": target.image_source,
+    }
+
+
+def _env(target: Target) -> list[dict[str, str]]:
+    env = dict(target.profile.server.env)
+    if target.profile.image.install_simulator:  # a test image: the simulator stands in
+        env |= dict(simulator_env(target.profile)) | {SIM_RELEASE_ENV: target.release.version}
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def _http(path: str) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": PORT_NAME, "scheme": "HTTP"}}
+
+
+def probes(target: Target) -> dict[str, dict[str, Any]]:
+    """The serving container's probes from the profile's ``health`` section.
+
+    startup: ``/health`` every ``poll_interval_s`` until ``deadline_s`` (the model load:
+    5.5 minutes for Kimi K2.6; liveness and readiness wait for it). readiness:
+    ``/health_generate`` (a real generation) when ``require_generation``, else ``/health``.
+    liveness: ``/health``, three misses in a row. Each request may take
+    ``request_timeout_s``."""
+    h = target.profile.health
+    period = seconds(h.poll_interval_s)
+    timeout = seconds(h.request_timeout_s)
+    ready = HEALTH_GENERATE if h.require_generation else HEALTH
+    return {
+        "startupProbe": {
+            **_http(HEALTH),
+            "periodSeconds": period,
+            "timeoutSeconds": timeout,
+            "failureThreshold": max(1, -(-seconds(h.deadline_s) // period)),
+        },
+        "readinessProbe": {
+            **_http(ready),
+            "periodSeconds": READY_PERIOD_S,
+            "timeoutSeconds": timeout,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            **_http(HEALTH),
+            "periodSeconds": LIVE_PERIOD_S,
+            "timeoutSeconds": timeout,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def _volumes(target: Target) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(volumes, volumeMounts)``: /dev/shm, then the profile's bind mounts."""
+    rt = target.profile.runtime
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": quantity(rt.shm_size)}}
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for i, v in enumerate(rt.volumes):
+        name = f"vol-{i}"
+        kind = "Directory" if v.read_only else "DirectoryOrCreate"
+        volumes.append({"name": name, "hostPath": {"path": v.host, "type": kind}})
+        mounts.append({"name": name, "mountPath": v.container, "readOnly": v.read_only})
+    return volumes, mounts
+
+
+def container(target: Target, *, role: str) -> dict[str, Any]:
+    """The SGLang container. ``role``: ``single`` (a Deployment's pod), ``leader`` or
+    ``worker`` (a LeaderWorkerSet group: only the leader serves HTTP and is probed)."""
+    argv = list(target.argv)
+    at = target.extra_from
+    if role != "single":
+        rank = "0" if role == "leader" else f"$({LWS_WORKER_INDEX})"
+        argv[at:at] = multi_node_args(target.release, target.fleet, rank=rank)
+    _, mounts = _volumes(target)
+    out: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": target.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": argv,
+        "env": _env(target),
+    }
+    if role != "worker":
+        port = target.profile.server.port
+        out["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+    if role == "leader":
+        out["ports"].append(
+            {
+                "name": "dist-init",
+                "containerPort": target.fleet.k8s.dist_init_port,
+                "protocol": "TCP",
+            }
+        )
+    if target.gpus_per_pod:
+        out["resources"] = {"limits": {target.fleet.k8s.gpu_resource: target.gpus_per_pod}}
+    out["volumeMounts"] = mounts
+    if role != "worker":
+        out |= probes(target)
+    return out
+
+
+def node_selector(target: Target) -> dict[str, str]:
+    """``k8s.node_label``, else ``swarm.node_label`` (the same fleet's nodes), as a map."""
+    label = target.fleet.k8s.node_label or target.fleet.swarm.node_label
+    if label is None:
+        return {}
+    key, _, value = label.partition("=")
+    return {key: value}
+
+
+def pod_template(
+    target: Target, *, role: str, extra_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A PodTemplateSpec running :func:`container`."""
+    volumes, _ = _volumes(target)
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": seconds(target.profile.runtime.stop_timeout_s),
+        "shareProcessNamespace": True,
+        "containers": [container(target, role=role)],
+        "volumes": volumes,
+    }
+    if selector_map := node_selector(target):
+        spec["nodeSelector"] = selector_map
+    return {
+        "metadata": {
+            "labels": {**labels(target), **(extra_labels or {})},
+            "annotations": fingerprint_annotations(target),
+        },
+        "spec": spec,
+    }
