@@ -29,7 +29,7 @@ from kctl.launch import launcher, server_args
 from kctl.profile.model import Profile
 from kctl.profile.release import profile_release
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import Release
+from kctl.sglang.releases import Release, kernel_choices
 
 #: the oldest Kubernetes minor the objects are written for and checked against
 MIN_VERSION = (1, 25)
@@ -138,7 +138,7 @@ def _argv_problems(target_argv: list[str], rel: Release, own: int) -> list[str]:
     managed = {dest: fix for dest in MULTI_NODE_DESTS}
     return [
         f"server.extra_args: {p.message}; fix: {p.fix}"
-        for p in check_argv(rel, target_argv, managed, own=own)
+        for p in check_argv(rel, target_argv, managed, own=own, extra_choices=kernel_choices(rel))
         if p.severity == "error"
     ]
 

@@ -4,6 +4,7 @@ envelope, refusals with exit 2; and the fleet file's own validation."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -128,6 +129,8 @@ def test_the_installed_command_in_a_process(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         cwd=tmp_path,
+        # this checkout's kctl, whatever an installed one is
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)
