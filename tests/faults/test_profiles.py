@@ -86,7 +86,7 @@ CASES: list[tuple[str, str | bytes, tuple[str, ...]]] = [
     (
         "negative-context",
         X + "gate:\n  contexts: [-1]\n",
-        ("gate.contexts[0]: must be a positive integer (got -1)",),
+        ("gate.contexts[0]: must be an integer from 1 to 4194304",),
     ),
     (
         "zero-ratio",

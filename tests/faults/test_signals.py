@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from tests.faults.harness import BASE_NAME, CAND_NAME, Case, Run
+from tests.faults.harness import BASE_NAME, CAND_NAME, Case, Run, cand_profile
 from tests.faults.test_kill import FIRST_DEPLOY, REVERT_STEPS, ROLLBACK, Step, act_at
 
 pytestmark = pytest.mark.slow
@@ -192,9 +192,12 @@ def test_rollback_keeps_the_aborted_record(slow_case: Case) -> None:
     leaves the aborted one's status and reason as they were."""
     case = slow_case
     gate = next(s for s in FIRST_DEPLOY if s[0] == "gate")
+    # a gate of several seconds: the first signal must land inside it, on a loaded machine too
+    prof = cand_profile(case.port, slow_gate=True)
+    prof["gate"]["output_tokens"] = 256
     run = act_at(
         case,
-        ("deploy", case.cand),
+        ("deploy", case.write("cand-long.yaml", prof)),
         gate[1],
         gate[2],
         gate[3],
