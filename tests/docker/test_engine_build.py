@@ -36,7 +36,7 @@ def test_build_skip_when_unchanged_and_forced_rebuild(
     assert first.built and first.tag == ctx.tag
     assert first.log_path is not None and "Successfully built" in first.log_path.read_text()
     steps = {e.step for e in events}
-    assert "Step 1/5" in steps and "Step 5/5" in steps
+    assert "Step 1/6" in steps and "Step 6/6" in steps
     assert all(e.elapsed_s >= 0 for e in events)
     labels = image_labels(engine, ctx.tag) or {}
     labels.pop("kctl.test-base", None)  # inherited from the base image
