@@ -6,7 +6,7 @@ Hierarchy (exit code in brackets)::
 
     KctlError [1]
     ├── InvalidInput [2]                 the user's input is wrong; nothing was touched
-    │   ├── ProfileError [2]             a profile file failed validation (file, field, fix)
+    │   ├── ProfileError [2]             a profile or fleet file failed validation (file, field, fix)
     │   └── UsageError [2]               bad flags or arguments
     ├── CandidateRejected [3]            gate/health failed; the baseline was restored and verified
     │                                    (``result``: the deploy's result, ``log_tail``)
@@ -70,9 +70,9 @@ class ProfileError(InvalidInput):
     """A profile failed validation. ``problems`` holds one line per problem:
     ``<file>: <field.path>: <what is wrong> (got <value>)``."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], *, noun: str = "profile") -> None:
         self.problems = list(problems)
-        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in profile"
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in {noun}"
         body = "" if len(problems) == 1 else "\n" + "\n".join(f"  {p}" for p in problems)
         super().__init__(head + body)
 
