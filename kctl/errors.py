@@ -11,6 +11,7 @@ Hierarchy (exit code in brackets)::
     ├── CandidateRejected [3]            gate/health failed; the baseline was restored and verified
     │                                    (``result``: the deploy's result, ``log_tail``)
     ├── Degraded [4]                     a revert or rollback failed; the host needs a human
+    ├── FleetPaused [4]                  a fleet rollout stopped for a node that went Down
     ├── PreconditionFailed [5]           nothing was changed
     │   ├── LockHeld [5]                 another kctl holds the deploy lock
     │   ├── RuntimeUnavailable [5]       docker/local runtime cannot be reached
@@ -103,6 +104,13 @@ class CandidateRejected(KctlError):
 
 class Degraded(KctlError):
     """A revert or rollback failed. The host is not known to serve; a human must act."""
+
+    exit_code = 4
+
+
+class FleetPaused(KctlError):
+    """A fleet rollout stopped because a node of the fleet went Down: not the candidate's
+    fault, so nothing was rolled back; the journal stays open for ``status``/``rollback``."""
 
     exit_code = 4
 
