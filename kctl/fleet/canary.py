@@ -21,6 +21,8 @@ from kctl.gate import (
     measure,
     plan_workload,
 )
+from kctl.gate.runner import EXTRA_REPEATS_PER_ROUND, _next_index, _Sender
+from kctl.gate.workload import GenRequest, Workload
 from kctl.profile.model import Profile
 
 
@@ -52,7 +54,12 @@ def gate_canary(
     """Send the candidate's gate workload to the canary and to the incumbent at once (two
     threads, the same requests in the same order), then judge the canary against the
     incumbent. Both share the fleet's live traffic, so both see the same conditions."""
+    from kctl.gate.runner import server_vocab_size
+    from kctl.gate.workload import fit_vocab
+
     workload = plan_workload(candidate.gate)
+    workload = fit_vocab(workload, server_vocab_size(canary, workload.request_timeout_s))
+    policy = candidate.gate.policy
     with ThreadPoolExecutor(max_workers=1) as pool:
         live = pool.submit(
             measure, incumbent, workload, fingerprint=fingerprint, label="incumbent", clock=clock
@@ -62,8 +69,48 @@ def gate_canary(
             progress=progress,
         )  # fmt: skip
         theirs = live.result()
-    corr = check_correctness(theirs, mine, max_mismatched=workload.max_mismatched_prompts)
-    return CanaryResult(theirs, mine, judge(theirs, mine, candidate.gate.policy, corr))
+
+        def decide() -> Verdict:
+            corr = check_correctness(theirs, mine, max_mismatched=workload.max_mismatched_prompts)
+            return judge(theirs, mine, policy, corr)
+
+        verdict, rounds = decide(), 0
+        spent: dict[tuple[int, int], int] = {}
+        while verdict.verdict == "INCONCLUSIVE":
+            batch = _extra_batch(workload, verdict, mine, policy.max_extra_repeats, spent)
+            if not batch:
+                break
+            rounds += 1
+            timeout = workload.request_timeout_s
+            live_extra = pool.submit(
+                _Sender(incumbent, timeout, None, clock).run, "extra", batch, rounds
+            )
+            mine = mine.with_samples(
+                tuple(_Sender(canary, timeout, progress, clock).run("extra", batch, rounds))
+            )
+            theirs = theirs.with_samples(tuple(live_extra.result()))
+            verdict = decide()
+    return CanaryResult(theirs, mine, verdict)
+
+
+def _extra_batch(
+    workload: Workload,
+    verdict: Verdict,
+    mine: Measurement,
+    budget: int,
+    spent: dict[tuple[int, int], int],
+) -> list[GenRequest]:
+    """More repeats of each unclear bucket, sent to both sides (as the one-host gate does,
+    :data:`~kctl.gate.runner.EXTRA_REPEATS_PER_ROUND` a round, ``budget`` a bucket)."""
+    batch: list[GenRequest] = []
+    for ctx, conc in verdict.unclear:
+        n = min(EXTRA_REPEATS_PER_ROUND, budget - spent.get((ctx, conc), 0))
+        if n <= 0:
+            continue
+        start = _next_index(mine, ctx, conc)
+        batch += workload.extra_requests(ctx, n * (conc if conc > 1 else 1), start, conc)
+        spent[(ctx, conc)] = spent.get((ctx, conc), 0) + n
+    return batch
 
 
 def promotes(candidate: Profile, verdict: Verdict) -> bool:

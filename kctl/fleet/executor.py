@@ -174,7 +174,8 @@ class FleetExecutor:
         dep_id = self._deployment(step.role)
         st = self.state
         with self.store.transaction():
-            self.store.set_known_good(profile.content_hash, dep_id)
+            if not step.promoted:  # a baseline: the known-good `kctl rollback` returns to
+                self.store.set_known_good(profile.content_hash, dep_id)
             self.store.set_serving(dep_id)
             if dep_id == st.txn_id:
                 st.verdict = st.verdict or "BASELINE"

@@ -201,7 +201,7 @@ def _fail(ex: FleetExecutor, store: Store, revert: tuple[Any, ...], exc: BaseExc
 
 
 def rollback_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
-    """Every replica back to the fleet's known-good (what last served, verified)."""
+    """Every replica back to the fleet's known-good baseline, each verified."""
     fleet = load_fleet(fleet_path)
     fctx = fleet_context(ctx, fleet)
     if not (fctx.state_dir / "kctl.db").is_file():
@@ -214,7 +214,7 @@ def rollback_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
         driver.check_available()
         reconcile(host, driver, resolver="rollback")
         store = host.store
-        target = store.serving() or store.last_known_good()
+        target = store.last_known_good()
         if target is None:
             raise PreconditionFailed("the fleet has no known-good deployment to roll back to")
         record = store.new_deployment(

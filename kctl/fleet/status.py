@@ -80,15 +80,11 @@ def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
 
 
 def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[dict[str, Any]]:
+    """The fleet's rollouts and rollbacks, newest first, as ``kctl history`` lists a host's."""
+    from kctl.controller.status import history
+
     fleet = load_fleet(fleet_path)
-    fctx = fleet_context(ctx, fleet)
-    if not (fctx.state_dir / "kctl.db").is_file():
-        return []
-    store = fctx.open_store(read_only=True)
-    try:
-        return [d.to_dict() for d in store.list_deployments(limit=limit)]
-    finally:
-        store.close()
+    return history(fleet_context(ctx, fleet), limit)
 
 
 def status_text(report: dict[str, Any]) -> str:
