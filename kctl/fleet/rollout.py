@@ -88,7 +88,12 @@ def deploy_fleet(
 ) -> dict[str, Any]:
     candidate, baseline = common.load_pair(profile_path)
     fleet = load_fleet(fleet_path)
-    if ctx.runtime_kind(candidate) != "docker" and not ctx.backend.describe().get("simulate"):
+    if ctx.backend.describe().get("simulate"):
+        raise UsageError(
+            "--simulate does not cover fleets yet: a fleet runs on Docker Swarm",
+            hint="drop --simulate (`scripts/ci-docker.sh` starts an engine; docs/fleet.md)",
+        )
+    if ctx.runtime_kind(candidate) != "docker":
         raise UsageError(
             f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r}; a fleet runs images",
             hint="set runtime.kind: docker in the profile",

@@ -9,7 +9,6 @@ own in the package: it is sent through the package's low-level ``APIClient``.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import KctlError, RuntimeUnavailable
@@ -68,9 +67,18 @@ class SwarmDriver:
         if self._client is None:
             from kctl.runtime.docker.engine import connect
 
-            if self.manager is not None:
-                os.environ["DOCKER_HOST"] = self.manager  # connect() reads it
-            self._client = connect(timeout_s=60)
+            if self.manager is None:
+                self._client = connect(timeout_s=60)
+            else:
+                import docker
+
+                try:
+                    self._client = docker.DockerClient(base_url=self.manager, timeout=60)
+                    self._client.ping()
+                except Exception as exc:  # DockerException or a transport error: no manager
+                    raise RuntimeUnavailable(
+                        f"the Swarm manager {self.manager} is not reachable: {exc}", hint=REMEDY
+                    ) from exc
         return self._client
 
     def close(self) -> None:
