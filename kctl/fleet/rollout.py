@@ -163,6 +163,12 @@ def _fail(ex: FleetExecutor, store: Store, revert: tuple[Any, ...], exc: BaseExc
     st = ex.state
     reason, _gate, table = _describe(exc)
     timings = ex.timer.total()
+    base = st.ids.get("baseline")
+    if base is not None and store.serving() is None:  # the baseline never got to serve
+        with contextlib.suppress(Exception):
+            store.update_deployment(
+                base, status="failed", reason=f"never verified: {reason}", exit_code=3
+            )
     if isinstance(exc, FleetPaused):
         store.update_deployment(
             st.txn_id, status="aborted", reason=exc.message, exit_code=4, timings=timings
