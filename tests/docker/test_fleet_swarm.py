@@ -28,7 +28,7 @@ import pytest
 
 from kctl.fleet.probe import Availability, Prober
 
-from .conftest import PROFILES, REPO, free_port, http_status, kctl_env
+from .conftest import PROFILES, REPO, http_status, kctl_env
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -124,11 +124,20 @@ def _json(url: str) -> dict[str, Any]:
 
 
 def _free_range(n: int) -> int:
-    """A first port with ``n`` free ports after it."""
-    for _ in range(50):
-        first = free_port()
-        if all(http_status(first + i, timeout=0.2) is None for i in range(n)) and first + n < 65000:
-            return first
+    """A first port with ``n`` ports after it that bind, below the ephemeral range (where
+    the local ports of outgoing connections could take one between the check and the use)."""
+    import random
+    import socket
+
+    for _ in range(100):
+        first = random.randrange(21000, 29000)
+        try:
+            for i in range(n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", first + i))
+        except OSError:
+            continue
+        return first
     raise RuntimeError("no free port range")
 
 
@@ -171,17 +180,23 @@ class Watched:
     def wait_for(self, pattern: str, timeout: float = 120) -> str:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
+            done = self.proc.poll() is not None and not self._reader.is_alive()
             for line in list(self.lines):
                 if re.search(pattern, line):
                     return line
-            if self.proc.poll() is not None and not self._reader.is_alive():
+            if done:
                 break
             time.sleep(0.05)
         raise AssertionError(f"no line {pattern!r}; stderr:\n{''.join(self.lines)}")
 
     def finish(self, timeout: float = 240) -> Run:
-        out, _ = self.proc.communicate(timeout=timeout)
-        self._reader.join(timeout=5)
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()  # not communicate(): the reader thread owns stderr
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        self.proc.stdout.close()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
         return Run(self.proc.returncode, out, "".join(self.lines))
 
 
