@@ -5,8 +5,7 @@ starts, while a client sends requests to the replicas' ports the whole time.
 One swarm and one fleet serve the whole module (CI time): the first test establishes the
 baseline; every later test starts from it, checks that it does, and leaves the fleet on the
 baseline again, except the last (promoted). The swarm has one node: a second dockerd
-under `unshare --uts` joined a swarm when tried by hand, but is not set up here (see
-docs/fleet.md).
+under `unshare --uts` is not set up here (see docs/fleet.md, "Limits").
 """
 
 from __future__ import annotations
