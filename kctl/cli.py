@@ -159,10 +159,18 @@ def _globals(
     OPTS.state_dir, OPTS.json, OPTS.verbose, OPTS.simulate = state_dir, json_out, verbose, simulate
 
 
+FLEET_OPTION: Any = typer.Option(
+    None,
+    "--fleet",
+    help="A fleet file (docs/fleet.md): act on every replica of that fleet (Docker Swarm) "
+    "instead of this host.",
+)
+
 _DEPLOY_EXITS = (
     "Exit codes: 0 promoted (or the profile already serves); 2 invalid profile or "
     "arguments, nothing touched; 3 candidate rejected, the known-good baseline restored and "
-    "verified; 4 DEGRADED: restoring the baseline failed, run `kctl rollback`; 5 a "
+    "verified (with --fleet: every replica back on it); 4 DEGRADED: restoring the baseline "
+    "failed, run `kctl rollback`, or a fleet rollout paused for a node Down; 5 a "
     "precondition failed (lock held, port taken, image build failed, store unreadable), "
     "nothing changed; 130 interrupted before anything changed."
 )
@@ -173,6 +181,7 @@ def deploy(
     profile: str = typer.Argument(..., help="Profile YAML to deploy."),
     rebuild: bool = flag("--rebuild", help="Rebuild the image even if unchanged."),
     force: bool = flag("--force", help="Deploy even if this profile already serves."),
+    fleet: str | None = FLEET_OPTION,
 ) -> None:
     """Deploy PROFILE: health, throughput + correctness gate, promote or revert.
 
@@ -191,6 +200,12 @@ def deploy(
 
     ctx = _context()
     ctx.rebuild = rebuild
+    if fleet is not None:
+        from kctl.fleet.rollout import deploy_fleet
+
+        fleet_result = deploy_fleet(ctx, profile, fleet, force=force)
+        _emit("deploy", fleet_result, deploy_text(fleet_result))
+        return
     result = run(ctx, profile, force=force).to_dict()
     _emit("deploy", result, deploy_text(result))
 
@@ -198,20 +213,38 @@ def deploy(
 @app.command(cls=_Command)
 def rollback(
     to: str | None = typer.Option(None, "--to", help="Deployment id to restore."),
+    fleet: str | None = FLEET_OPTION,
 ) -> None:
-    """Restore the known-good baseline (or --to an earlier deployment), health-checked."""
+    """Restore the known-good baseline (or --to an earlier deployment), health-checked.
+    With --fleet: every replica of the fleet back on its known-good, each verified."""
     from kctl.controller.rollback import rollback as run
+
+    if fleet is not None:
+        from kctl.fleet.rollout import rollback_fleet
+
+        fleet_result = rollback_fleet(_context(), fleet)
+        _emit("rollback", fleet_result, f"RESTORED: {fleet_result['reason']}")
+        return
 
     result = run(_context(), to).to_dict()
     _emit("rollback", result, f"{result['outcome'].upper()}: {result['reason']}")
 
 
 @app.command(cls=_Command)
-def status() -> None:
+def status(fleet: str | None = FLEET_OPTION) -> None:
     """What serves now (checked against reality), its health, and the last gate table.
-    Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down)."""
+    Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down).
+    With --fleet: each replica's node, port, profile, image, health and last gate."""
     from kctl.controller.status import status as run
     from kctl.render import status_text
+
+    if fleet is not None:
+        from kctl.fleet.status import status_fleet
+        from kctl.fleet.status import status_text as fleet_text
+
+        rep = status_fleet(_context(), fleet)
+        _emit("status", rep, fleet_text(rep), exit_code=4 if rep["needs_attention"] else 0)
+        return
 
     report = run(_context()).to_dict()
     code = 4 if report["needs_attention"] else 0
@@ -221,12 +254,18 @@ def status() -> None:
 @app.command(cls=_Command)
 def history(
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="At most N deployments."),
+    fleet: str | None = FLEET_OPTION,
 ) -> None:
-    """Past deployments, newest first."""
+    """Past deployments, newest first (with --fleet: the fleet's rollouts)."""
     from kctl.controller.status import history as run
     from kctl.render import history_text
 
-    rows = run(_context(), limit)
+    if fleet is not None:
+        from kctl.fleet.status import history_fleet
+
+        rows = history_fleet(_context(), fleet, limit)
+    else:
+        rows = run(_context(), limit)
     _emit("history", rows, history_text(rows))
 
 

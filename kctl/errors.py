@@ -6,11 +6,12 @@ Hierarchy (exit code in brackets)::
 
     KctlError [1]
     ├── InvalidInput [2]                 the user's input is wrong; nothing was touched
-    │   ├── ProfileError [2]             a profile file failed validation (file, field, fix)
+    │   ├── ProfileError [2]             a profile or fleet file failed validation (file, field, fix)
     │   └── UsageError [2]               bad flags or arguments
     ├── CandidateRejected [3]            gate/health failed; the baseline was restored and verified
     │                                    (``result``: the deploy's result, ``log_tail``)
     ├── Degraded [4]                     a revert or rollback failed; the host needs a human
+    ├── FleetPaused [4]                  a fleet rollout stopped for a node that went Down
     ├── PreconditionFailed [5]           nothing was changed
     │   ├── LockHeld [5]                 another kctl holds the deploy lock
     │   ├── RuntimeUnavailable [5]       docker/local runtime cannot be reached
@@ -70,9 +71,9 @@ class ProfileError(InvalidInput):
     """A profile failed validation. ``problems`` holds one line per problem:
     ``<file>: <field.path>: <what is wrong> (got <value>)``."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], *, noun: str = "profile") -> None:
         self.problems = list(problems)
-        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in profile"
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems in {noun}"
         body = "" if len(problems) == 1 else "\n" + "\n".join(f"  {p}" for p in problems)
         super().__init__(head + body)
 
@@ -103,6 +104,13 @@ class CandidateRejected(KctlError):
 
 class Degraded(KctlError):
     """A revert or rollback failed. The host is not known to serve; a human must act."""
+
+    exit_code = 4
+
+
+class FleetPaused(KctlError):
+    """A fleet rollout stopped because a node of the fleet went Down: not the candidate's
+    fault, so nothing was rolled back; the journal stays open for ``status``/``rollback``."""
 
     exit_code = 4
 

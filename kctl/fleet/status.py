@@ -1,0 +1,121 @@
+"""``kctl status --fleet`` and ``kctl history --fleet``: the fleet's store and journal
+read next to what the orchestrator says runs (each replica's node, image, profile,
+health, and the last gate of the deployment it runs). Changes nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kctl.fleet.loader import load_fleet
+from kctl.fleet.rollout import driver_for, fleet_context
+from kctl.lock import DeployLock
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+    from kctl.fleet.view import ServiceView
+    from kctl.store import Store
+
+
+def _last_gates(store: Store | None, view: ServiceView | None) -> dict[str, str]:
+    """Per deployment a replica runs: the verdict its record ended with."""
+    out: dict[str, str] = {}
+    if store is None or view is None:
+        return out
+    for r in view.replicas:
+        if r.deployment and r.deployment not in out:
+            try:
+                dep = store.get_deployment(r.deployment)
+                out[r.deployment] = dep.verdict or dep.status
+            except Exception:  # noqa: BLE001 - a replica of a record this store lacks
+                out[r.deployment] = "unknown to this state dir"
+    return out
+
+
+def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
+    fleet = load_fleet(fleet_path)
+    fctx = fleet_context(ctx, fleet)
+    driver = driver_for(fctx, fleet)
+    driver.check_available()
+    view, canary = driver.service("main"), driver.service("canary")
+    store = fctx.open_store(read_only=True) if (fctx.state_dir / "kctl.db").is_file() else None
+    try:
+        serving = store.serving() if store else None
+        open_txns = store.open_transactions() if store else []
+        gates = _last_gates(store, view)
+        lock = DeployLock(fctx.state_dir).inspect()
+    finally:
+        if store is not None:
+            store.close()
+    running = lock is not None and not lock.stale
+    problems = []
+    if open_txns and not running:
+        runs = f"{view.profile} ({view.deployment})" if view else "no service"
+        problems += [f"rollout {t.txn} was interrupted; the service runs {runs}" for t in open_txns]
+    if serving is not None and (view is None or not view.settled_on(serving.id)):
+        on = len(view.on(serving.id)) if view else 0
+        want = view.desired_replicas if view else fleet.replicas
+        problems.append(f"{on}/{want} replicas run the known-good {serving.id}, healthy")
+    if canary is not None and not running:
+        problems.append(f"a canary service ({canary.name}) is left over")
+    replicas = []
+    for r in view.replicas if view else ():
+        row = r.to_dict()
+        row["last_gate"] = gates.get(r.deployment, "")
+        replicas.append(row)
+    return {
+        "fleet": fleet.name,
+        "driver": driver.name,
+        "serving": serving.to_dict() if serving else None,
+        "service": None
+        if view is None
+        else {k: v for k, v in view.to_dict().items() if k != "replicas"},
+        "replicas": replicas,
+        "canary": canary.to_dict() if canary else None,
+        "rollout_running": running and bool(open_txns),
+        "interrupted": [t.txn for t in open_txns] if not running else [],
+        "problems": problems,
+        "needs_attention": bool(problems),
+        "hint": f"kctl rollback --fleet {fleet_path}" if problems else None,
+    }
+
+
+def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[dict[str, Any]]:
+    """The fleet's rollouts and rollbacks, newest first, as ``kctl history`` lists a host's."""
+    from kctl.controller.status import history
+
+    fleet = load_fleet(fleet_path)
+    return history(fleet_context(ctx, fleet), limit)
+
+
+def status_text(report: dict[str, Any]) -> str:
+    from kctl.render import table, to_text
+
+    serving = report["serving"]
+    lines = [
+        f"fleet {report['fleet']} ({report['driver']}): "
+        + (
+            f"serving {serving['profile_name']} ({serving['id']})"
+            if serving
+            else "nothing recorded serving"
+        )
+    ]
+    t = table(("slot", "left"), ("node", "left"), ("port", "right"), ("profile", "left"),
+              ("image", "left"), ("health", "left"), ("last gate", "left"))  # fmt: skip
+    for r in report["replicas"]:
+        health = (
+            "healthy"
+            if r["healthy"]
+            else f"{r['state']}" + (f" ({r['error']})" if r["error"] else "")
+        )
+        node = r["node"] + ("" if r["node_state"] == "ready" else f" [{r['node_state']}]")
+        t.add_row(str(r["slot"]), node, str(r["port"]), f"{r['profile']} {r['deployment']}",
+                  r["image"], health, r["last_gate"])  # fmt: skip
+    lines.append(to_text(t).rstrip())
+    if report["canary"]:
+        lines.append(f"canary: {report['canary']['profile']} ({report['canary']['deployment']})")
+    if report["rollout_running"]:
+        lines.append("a rollout is running now")
+    lines += [f"attention: {p}" for p in report["problems"]]
+    if report["hint"]:
+        lines.append(f"  next: {report['hint']}")
+    return "\n".join(lines)

@@ -1,0 +1,113 @@
+"""What a fleet driver reports: the service and its replicas, as plain values. Both
+drivers (:mod:`kctl.fleet.swarm`, :mod:`kctl.fleet.simfleet`) answer with these, and the
+rollout, ``status`` and the tests read only these."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+#: Swarm's update states that mean the service's spec went (or goes) back to the previous one
+ROLLED_BACK = ("rollback_started", "rollback_completed", "rollback_paused")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica slot as the orchestrator sees it now (its current task)."""
+
+    slot: int
+    task: str
+    node: str
+    #: the node's state: ready, down, unknown, disconnected
+    node_state: str
+    #: the task's state (Swarm: new ... starting, running, failed, shutdown); Swarm calls a
+    #: task with a health check running only once the check passed
+    state: str
+    desired: str
+    deployment: str
+    profile: str
+    profile_hash: str
+    image: str
+    args: tuple[str, ...]
+    host: str
+    port: int
+    error: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running" and self.desired == "running"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["args"] = list(self.args)
+        d["healthy"] = self.healthy
+        return d
+
+
+@dataclass(frozen=True)
+class ServiceView:
+    """A fleet service (the main one or the canary) and its replicas."""
+
+    name: str
+    id: str
+    version: int
+    #: what the service's spec runs now
+    deployment: str
+    profile: str
+    profile_hash: str
+    image: str
+    desired_replicas: int
+    #: what the spec before it ran ("" when none): Swarm's rollback goes there
+    previous_deployment: str = ""
+    #: Swarm's UpdateStatus (state, message), "" when no update ever ran
+    update_state: str = ""
+    update_message: str = ""
+    replicas: tuple[Replica, ...] = field(default_factory=tuple)
+
+    def on(self, deployment: str) -> list[Replica]:
+        """The replicas that run ``deployment`` and are healthy."""
+        return [r for r in self.replicas if r.deployment == deployment and r.healthy]
+
+    def settled_on(self, deployment: str) -> bool:
+        """Every desired replica runs ``deployment``, healthy, and the spec says so."""
+        return self.deployment == deployment and len(self.on(deployment)) >= self.desired_replicas
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["replicas"] = [r.to_dict() for r in self.replicas]
+        return d
+
+
+@dataclass(frozen=True)
+class Node:
+    hostname: str
+    state: str
+    availability: str
+    addr: str
+
+
+class FleetDriver(Protocol):
+    """What the rollout needs from an orchestrator. Every method raises
+    :class:`~kctl.errors.KctlError` subclasses only."""
+
+    name: str
+
+    def check_available(self) -> None:
+        """RuntimeUnavailable (exit 5, with the remedy) when the orchestrator cannot be used."""
+
+    def nodes(self) -> list[Node]: ...
+
+    def service(self, role: str) -> ServiceView | None:
+        """The fleet's main service or its canary (``role``), None when absent."""
+
+    def apply(self, spec: dict[str, Any]) -> None:
+        """Create the service of ``spec``, or start its rolling update to ``spec``."""
+
+    def rollback(self, spec: dict[str, Any]) -> str:
+        """Move the service back to ``spec``: Swarm's rollback when the previous spec is
+        it, else an update to it; nothing when it already runs it. Says which."""
+
+    def remove(self, role: str) -> bool:
+        """Remove the service of ``role``; False when there was none."""
+
+    def logs(self, role: str, tail: int) -> str: ...

@@ -1,0 +1,129 @@
+"""Waiting on a fleet: every replica on a spec, the canary healthy, a rolling update
+batch by batch. Reads the driver only; what to do about what it sees is the caller's.
+Clocks and sleeps are injected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kctl.errors import FleetPaused, HealthFailed, KctlError
+from kctl.fleet.view import ROLLED_BACK, FleetDriver, Replica, ServiceView
+
+#: seconds between two looks at the orchestrator
+POLL_S = 0.5
+#: task states after which a canary (never restarted) will not serve
+DEAD_STATES = ("failed", "rejected", "shutdown", "complete", "orphaned", "remove")
+
+
+class RolloutFailed(HealthFailed):
+    """Swarm rolled the update back (a moved replica failed its health check or died in
+    its monitor window), or a wave did not settle in time."""
+
+
+@dataclass
+class Waiter:
+    driver: FleetDriver
+    monotonic: Callable[[], float]
+    sleep: Callable[[float], None]
+
+    def _main(self) -> ServiceView:
+        view = self.driver.service("main")
+        if view is None:
+            raise KctlError(
+                "the fleet's service is gone (removed behind kctl's back?)",
+                hint="`kctl status --fleet FLEET` shows what runs; `kctl rollback --fleet FLEET` recreates it",
+            )
+        return view
+
+    def check_nodes(self, view: ServiceView) -> None:
+        """A node that went Down pauses the rollout: not the candidate's failure."""
+        down = sorted({r.node for r in view.replicas if r.node and r.node_state == "down"})
+        if down:
+            raise FleetPaused(
+                f"rollout paused: node(s) {', '.join(down)} went Down; the replicas there are "
+                "not the candidate's failure, so nothing was rolled back",
+                hint="bring the node back (or drain it), then `kctl status --fleet FLEET`; "
+                "`kctl rollback --fleet FLEET` returns every replica to the known-good",
+            )
+
+    def fleet(self, deployment: str, deadline_s: float, what: str) -> ServiceView:
+        """Every desired replica runs ``deployment``, healthy."""
+        end = self.monotonic() + deadline_s
+        while True:
+            view = self._main()
+            if view.settled_on(deployment):
+                return view
+            self.check_nodes(view)
+            unplaced = [r for r in view.replicas if "no suitable node" in r.error]
+            if unplaced and len(unplaced) == len(view.replicas) - len(view.on(deployment)):
+                raise HealthFailed(
+                    f"{what}: Swarm finds no node for {len(unplaced)} replica(s): {unplaced[0].error}",
+                    phase="fleet",
+                    hint="check the fleet's swarm.node_label / nodes and gpus_per_replica "
+                    "against the nodes (`docker node ls`, their generic resources)",
+                )
+            if self.monotonic() > end:
+                raise HealthFailed(
+                    f"{what}: {len(view.on(deployment))}/{view.desired_replicas} replicas "
+                    f"healthy after {deadline_s:g} s ({_states(view)})",
+                    phase="fleet",
+                )
+            self.sleep(POLL_S)
+
+    def canary(self, deadline_s: float) -> Replica:
+        end = self.monotonic() + deadline_s
+        while True:
+            view = self.driver.service("canary")
+            replica = view.replicas[0] if view and view.replicas else None
+            if replica is not None and replica.healthy:
+                return replica
+            if replica is not None and replica.state in DEAD_STATES:
+                tail = self.driver.logs("canary", 20)
+                raise HealthFailed(
+                    f"the canary {replica.state}: {replica.error or 'no error given'}",
+                    phase="canary", log_tail=tail,
+                )  # fmt: skip
+            if self.monotonic() > end:
+                state = replica.state if replica else "no task yet"
+                raise HealthFailed(
+                    f"the canary was not healthy within {deadline_s:g} s (task {state})",
+                    phase="canary", log_tail=self.driver.logs("canary", 20),
+                )  # fmt: skip
+            self.sleep(POLL_S)
+
+    def waves(
+        self, deployment: str, deadline_s: float, on_moved: Callable[[Replica], None]
+    ) -> ServiceView:
+        """Watch the rolling update to ``deployment``: ``on_moved`` once per replica that
+        runs it healthy (it raises to abort); done when every replica does. Raises
+        :class:`RolloutFailed` when Swarm rolls the update back."""
+        end = self.monotonic() + deadline_s
+        seen: set[tuple[int, str]] = set()
+        while True:
+            view = self._main()
+            if view.deployment != deployment or view.update_state in ROLLED_BACK:
+                raise RolloutFailed(
+                    f"Swarm rolled the update back: {view.update_message or view.update_state}",
+                    phase="waves",
+                )
+            for r in view.on(deployment):
+                if (r.slot, r.task) not in seen:
+                    seen.add((r.slot, r.task))
+                    on_moved(r)
+            if view.settled_on(deployment):
+                return view
+            self.check_nodes(view)
+            if self.monotonic() > end:
+                raise RolloutFailed(
+                    f"the waves did not finish within {deadline_s:g} s ({_states(view)})",
+                    phase="waves",
+                )
+            self.sleep(POLL_S)
+
+
+def _states(view: ServiceView) -> str:
+    return ", ".join(
+        f"slot {r.slot}: {r.profile or '?'} {r.state}" + (f" ({r.error})" if r.error else "")
+        for r in view.replicas
+    )
