@@ -110,7 +110,7 @@ def render_command(
 ) -> tuple[dict[str, Any], str]:
     """What ``kctl render --k8s`` prints: the ``--json`` result and the text (the YAML, or
     the files written to ``out``)."""
-    from kctl.k8s.fleetfile import load_fleet
+    from kctl.fleet.loader import load_fleet
     from kctl.profile.loader import load_profile
 
     profile = load_profile(profile_path)

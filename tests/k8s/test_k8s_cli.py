@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kctl.cli import main
-from kctl.k8s.fleetfile import load_fleet
+from kctl.fleet.loader import load_fleet
 from kctl.k8s.render import render
 from kctl.profile.loader import load_profile
 from tests.k8s.conftest import EXAMPLE, KDTREE, MULTINODE, REPO, TRITON

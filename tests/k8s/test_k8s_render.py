@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from kctl.fleet.loader import load_fleet
 from kctl.fleet.spec import FleetSpec, K8sSpec, RolloutSpec
 from kctl.k8s import argo
-from kctl.k8s.fleetfile import load_fleet
 from kctl.k8s.render import render
 from kctl.k8s.target import NotExpressible, resolve
 from kctl.launch import launch_spec

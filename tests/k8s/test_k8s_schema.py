@@ -13,9 +13,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from kctl.fleet.loader import load_fleet
 from kctl.fleet.spec import FleetSpec
 from kctl.k8s import names
-from kctl.k8s.fleetfile import load_fleet
 from kctl.k8s.render import Rendered, render
 from kctl.k8s.target import NotExpressible
 from kctl.profile.loader import load_profile
