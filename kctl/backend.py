@@ -11,6 +11,10 @@ on which one it has:
   bound to loopback, its state in the state dir's ``simulate/`` namespace, and time
   compressed by each profile's ``simulator.speedup``: rates and timings read back at
   real-time scale through :meth:`Backend.time_scale`.
+
+Fleets too: :meth:`Backend.fleet_driver` is Docker Swarm on a host
+(:mod:`kctl.fleet.swarm`) and the simulated orchestrator under ``--simulate``
+(:mod:`kctl.fleet.simfleet`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kctl.launch import launch_spec
 from kctl.profile.model import Profile
 from kctl.runtime.base import LaunchSpec
+
+if TYPE_CHECKING:
+    from kctl.fleet.spec import FleetSpec
+    from kctl.fleet.view import FleetDriver
 
 
 class Backend(Protocol):
@@ -52,6 +60,9 @@ class Backend(Protocol):
 
     def local_reason(self) -> str:
         """Why a profile of another runtime kind runs locally ("" when it does not)."""
+
+    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
+        """The orchestrator a fleet runs on; ``state_dir`` is the fleet's own."""
 
 
 def gpu_description() -> str:
@@ -99,6 +110,11 @@ class HostBackend:
     def local_reason(self) -> str:
         return ""
 
+    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
+        from kctl.fleet.swarm import SwarmDriver
+
+        return SwarmDriver(fleet.name, str(state_dir), fleet.swarm.manager)
+
 
 class SimulatedBackend:
     """The SGLang simulator on the local runtime, time compressed, in ``simulate/``."""
@@ -136,6 +152,11 @@ class SimulatedBackend:
 
     def local_reason(self) -> str:
         return " (and --simulate runs locally)"
+
+    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
+        from kctl.fleet.simfleet import SimulatedFleet
+
+        return SimulatedFleet(fleet.name, state_dir)
 
 
 def make_backend(*, simulate: bool) -> Backend:

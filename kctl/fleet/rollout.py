@@ -48,9 +48,8 @@ def fleet_context(ctx: Context, fleet: FleetSpec) -> Context:
 
 
 def driver_for(ctx: Context, fleet: FleetSpec) -> FleetDriver:
-    from kctl.fleet.swarm import SwarmDriver
-
-    return SwarmDriver(fleet.name, str(ctx.state_dir), fleet.swarm.manager)
+    """The fleet's orchestrator, as the backend chose it (Swarm; simulated under --simulate)."""
+    return ctx.backend.fleet_driver(fleet, ctx.state_dir)
 
 
 def reconcile(host: HostChange, driver: FleetDriver, *, resolver: str) -> list[str]:
@@ -88,12 +87,8 @@ def deploy_fleet(
 ) -> dict[str, Any]:
     candidate, baseline = common.load_pair(profile_path)
     fleet = load_fleet(fleet_path)
-    if ctx.backend.describe().get("simulate"):
-        raise UsageError(
-            "--simulate does not cover fleets yet: a fleet runs on Docker Swarm",
-            hint="drop --simulate (`scripts/ci-docker.sh` starts an engine; docs/fleet.md)",
-        )
-    if ctx.runtime_kind(candidate) != "docker":
+    # the profile's own kind: under --simulate a docker profile runs as the simulator
+    if candidate.runtime.kind != "docker":
         raise UsageError(
             f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r}; a fleet runs images",
             hint="set runtime.kind: docker in the profile",

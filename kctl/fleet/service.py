@@ -160,9 +160,8 @@ def service_spec(
 
     The main service runs ``fleet.replicas`` replicas on ports ``ports.first`` on, restarts
     a replica that dies (the orchestrator's job); the canary runs one, on the port after
-    the last replica's, and is never restarted (a crash must surface at once, as on one host)."""
-    if launch.image is None:
-        raise ValueError("a fleet replica needs the built image (LaunchSpec.image)")
+    the last replica's, and is never restarted (a crash must surface at once, as on one host).
+    A launch without an image (``--simulate``) renders ``Image: ""``; Swarm refuses it."""
     tags = labels(fleet, profile, launch.deployment_id, role, owner)
     base = fleet.port(0) if role == "main" else fleet.port(0, spare=True)
     env = {**dict(launch.env), ENV_SLOT: "{{.Task.Slot}}", ENV_PORT_BASE: str(base)}
@@ -170,7 +169,8 @@ def service_spec(
     if gpus:
         env[ENV_GPU_RESOURCE] = fleet.swarm.gpu_resource
     container: dict[str, Any] = {
-        "Image": launch.image,
+        # None under --simulate: the simulated orchestrator runs the argv as a local process
+        "Image": launch.image or "",
         "Command": ["python3", "-c", WRAPPER],
         "Args": list(launch.argv),
         "Env": [f"{k}={v}" for k, v in sorted(env.items())],

@@ -189,6 +189,8 @@ class SwarmDriver:
 
     def apply(self, spec: dict[str, Any]) -> None:
         role = spec["Labels"][LABEL_ROLE]
+        if not spec["TaskTemplate"]["ContainerSpec"].get("Image"):
+            raise KctlError(f"internal: the service spec {spec['Name']} names no image")
         kwargs = {
             "task_template": spec["TaskTemplate"],
             "name": spec["Name"],
