@@ -37,6 +37,7 @@ class SimulatedFleet:
     """The fleet's services as local simulator processes; state in ``state_dir/orchestrator``."""
 
     name = "simulated"
+    orchestrator = "the simulated orchestrator"
 
     def __init__(
         self,

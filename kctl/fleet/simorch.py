@@ -10,7 +10,8 @@ Per tick, for every service:
    ("unhealthy container") when it has not by the health check's start period plus its
    retries; a task whose stop a killed kctl left half done is stopped now;
 2. **update** (Swarm's updater): while the service updates or rolls back, replace
-   ``Parallelism`` outdated slots a batch, stop-first; a batch is done when all its tasks run
+   ``Parallelism`` outdated slots a batch, stop-first, those that serve nothing first (a
+   slot the restart policy is bringing back counts as a batch of its own); a batch is done when all its tasks run
    and stayed so for the ``Monitor`` window (``Delay`` if longer); any of them failing is the
    update's failure: ``FailureAction`` rollback swaps the spec back to the previous one
    (``rollback_started``), a failure while rolling back pauses (``rollback_paused``);
@@ -197,11 +198,17 @@ class Orchestrator:
             if self.now - upd["healthy_at"] < window:
                 return
             upd["batch"], upd["healthy_at"] = [], None
-        replicas = svc["spec"]["Mode"]["Replicated"]["Replicas"]
-        outdated = [
-            s for s in range(1, replicas + 1)
-            if s not in now_on or now_on[s]["hash"] != slot_hash(svc, s)
-        ]  # fmt: skip
+        slots = range(1, svc["spec"]["Mode"]["Replicated"]["Replicas"] + 1)
+        fresh = [s for s in slots if s in now_on and now_on[s]["hash"] == slot_hash(svc, s)]
+        starting = [s for s in fresh if now_on[s]["state"] in ("preparing", "starting")]
+        if starting:  # a restarted slot counts as a batch: wait for it before the next
+            upd["batch"] = starting
+            return
+        # slots that serve nothing go first: replacing them costs no availability
+        outdated = sorted(
+            (s for s in slots if s not in fresh),
+            key=lambda s: (s in now_on and now_on[s]["state"] == "running", s),
+        )
         if not outdated:
             upd["state"] = "rollback_completed" if back else "completed"
             upd["message"] = "rollback completed" if back else "update completed"

@@ -55,6 +55,7 @@ class SwarmDriver:
     the environment's ``DOCKER_HOST``)."""
 
     name = "swarm"
+    orchestrator = "Swarm"
 
     def __init__(self, fleet_name: str, owner: str, manager: str | None = None) -> None:
         self.fleet = fleet_name

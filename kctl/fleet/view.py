@@ -91,6 +91,8 @@ class FleetDriver(Protocol):
     :class:`~kctl.errors.KctlError` subclasses only."""
 
     name: str
+    #: how messages name it: "Swarm", "the simulated orchestrator"
+    orchestrator: str
 
     def check_available(self) -> None:
         """RuntimeUnavailable (exit 5, with the remedy) when the orchestrator cannot be used."""

@@ -17,8 +17,8 @@ DEAD_STATES = ("failed", "rejected", "shutdown", "complete", "orphaned", "remove
 
 
 class RolloutFailed(HealthFailed):
-    """Swarm rolled the update back (a moved replica failed its health check or died in
-    its monitor window), or a wave did not settle in time."""
+    """The orchestrator rolled the update back (a moved replica failed its health check or
+    died in its monitor window), or a wave did not settle in time."""
 
 
 @dataclass
@@ -104,7 +104,8 @@ class Waiter:
             view = self._main()
             if view.deployment != deployment or view.update_state in ROLLED_BACK:
                 raise RolloutFailed(
-                    f"Swarm rolled the update back: {view.update_message or view.update_state}",
+                    f"{self.driver.orchestrator} rolled the update back: "
+                    f"{view.update_message or view.update_state}",
                     phase="waves",
                 )
             for r in view.on(deployment):

@@ -162,6 +162,7 @@ class Recorded:
     """A driver answering from a list of recorded views, one per look."""
 
     name = "recorded"
+    orchestrator = "Swarm"
 
     def __init__(self, views: list[ServiceView]) -> None:
         self.views = views

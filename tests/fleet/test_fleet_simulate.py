@@ -1,0 +1,264 @@
+"""Fleet rollouts under ``--simulate``: the real `kctl` CLI (subprocesses) rolls profiles
+over a 2-replica fleet on the simulated orchestrator (:mod:`kctl.fleet.simfleet`: each
+replica a local simulator process on its own port on 127.0.0.1), while a client sends
+requests to the replicas' ports the whole time (:mod:`kctl.fleet.probe`).
+
+The scenarios of ``tests/docker/test_fleet_swarm.py``, on the simulated orchestrator: one
+fleet serves the module; the first test's fixture establishes the baseline, every test
+starts from it and leaves it there, except the last (promoted). The profiles are the docker
+tests' (runtime docker, run as the simulator under --simulate) with a health deadline that
+holds at their 200x time compression.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kctl.fleet.probe import Availability, Prober
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "tests" / "docker" / "profiles"
+REPLICAS = 2
+#: requests no replica answered, allowed in a rollout or an abort of 2 replicas
+MAX_FAILED = 3
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def explain(self) -> str:
+        return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
+
+
+def _free_range(n: int) -> int:
+    """A first port with ``n`` free ports after it, below the ephemeral range."""
+    import random
+
+    for _ in range(100):
+        first = random.randrange(21000, 29000)
+        try:
+            for i in range(n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", first + i))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError("no free port range")
+
+
+def _json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return dict(json.loads(r.read()))
+
+
+class Fleet:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.state = tmp / "state"
+        self.first = _free_range(REPLICAS + 1)
+        self.profiles = tmp / "profiles"
+        self.profiles.mkdir()
+        for src in PROFILES.glob("*.yaml"):
+            # 30 s of health deadline is 0.15 s at 200x: give the 0.5 s load room
+            text = src.read_text().replace("deadline_s: 30", "deadline_s: 600")
+            (self.profiles / src.name).write_text(text)
+        self.name = f"ks-{os.getpid() % 100000}"
+        self.file = tmp / "fleet.yaml"
+        self.file.write_text(
+            f"kind: fleet\nname: {self.name}\nreplicas: {REPLICAS}\ngpus_per_replica: 0\n"
+            f"ports: {{first: {self.first}}}\n"
+            "rollout: {canary: 1, parallelism: 1, monitor_s: 4, smoke_requests: 2}\n"
+        )
+        self.env = dict(os.environ)
+        self.env.pop("KCTL_SIM_FLEET_FAULT", None)
+        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), self.env.get("PYTHONPATH", "")])
+        self.env["XDG_STATE_HOME"] = str(tmp / "xdg")
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "kctl", "--state-dir", str(self.state), "--simulate", *args]
+
+    def run(self, *args: str, timeout: float = 120, **env: str) -> Run:
+        p = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
+                           cwd=REPO, env={**self.env, **env})  # fmt: skip
+        return Run(p.returncode, p.stdout, p.stderr)
+
+    def deploy(self, name: str, **env: str) -> Run:
+        return self.run("deploy", str(self.profiles / f"{name}.yaml"), "--fleet", str(self.file), **env)
+
+    def status(self) -> tuple[int, dict[str, Any]]:
+        r = self.run("--json", "status", "--fleet", str(self.file))
+        return r.code, dict(json.loads(r.out)["result"])
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", self.first + i) for i in range(REPLICAS)]
+
+    def assert_all_on(self, profile: str) -> None:
+        """Every replica runs ``profile`` (the orchestrator's spec, healthy) and the server
+        on each replica's port says it is one of that profile's (its flags)."""
+        code, st = self.status()
+        assert code == 0, st
+        assert st["driver"] == "simulated"
+        assert [r["profile"] for r in st["replicas"]] == [profile] * REPLICAS, st["replicas"]
+        assert all(r["healthy"] for r in st["replicas"]), st["replicas"]
+        assert st["canary"] is None and not st["problems"], st
+        assert st["serving"]["profile_name"] == profile
+        eager = profile != "baseline"  # the candidates run eager, the baseline with graphs
+        for host, port in self.endpoints():
+            info = _json(f"http://{host}:{port}/server_info")
+            assert info["port"] == port and info["disable_cuda_graph"] is eager, info
+
+    def cleanup(self) -> None:
+        from kctl.runtime.local import LocalRuntime
+
+        rt = LocalRuntime(self.state / "simulate" / "fleets" / self.name / "orchestrator")
+        for inst in rt.running():
+            rt.stop(inst, 5)
+
+
+class Watched:
+    """A deploy running in the background; its stderr lines collected as they come."""
+
+    def __init__(self, f: Fleet, name: str) -> None:
+        self.proc = subprocess.Popen(
+            f.argv("deploy", str(f.profiles / f"{name}.yaml"), "--fleet", str(f.file)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=f.env,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            done = self.proc.poll() is not None and not self._reader.is_alive()
+            for line in list(self.lines):
+                if re.search(pattern, line):
+                    return line
+            if done:
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no line {pattern!r}; stderr:\n{''.join(self.lines)}")
+
+    def finish(self, timeout: float = 60) -> None:
+        assert self.proc.stdout is not None
+        self.proc.stdout.read()
+        self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        self.proc.stdout.close()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    f = Fleet(tmp_path_factory.mktemp("simfleet"))
+    try:
+        first = f.deploy("baseline")
+        assert first.code == 0, first.explain()
+        assert "ESTABLISHED" in first.out
+        f.assert_all_on("baseline")
+        yield f
+    finally:
+        f.cleanup()
+
+
+def _check_served(avail: Availability, what: str) -> None:
+    print(f"availability during {what}: {avail.to_dict()}")
+    assert avail.sent > 10, avail.to_dict()
+    assert avail.failed <= MAX_FAILED, avail.to_dict()
+
+
+def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        r = fleet.deploy("regression")
+    assert r.code == 3, r.explain()
+    assert re.search(r"gate (FAIL|INCONCLUSIVE)", r.err) and "every replica back on" in r.err
+    fleet.assert_all_on("baseline")
+    _check_served(probe.result, "a canary rejected by the gate")
+    assert probe.result.failed == 0  # the incumbents never moved
+
+
+def test_candidate_never_healthy_is_rolled_back(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        r = fleet.deploy("crash")
+    assert r.code == 3, r.explain()
+    assert "the canary failed: task: non-zero exit (1)" in r.err, r.err
+    fleet.assert_all_on("baseline")
+    _check_served(probe.result, "a never-healthy candidate")
+    assert probe.result.failed == 0
+
+
+def test_a_replica_fault_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        # the canary and slot 1 are fine; slot 2 of the candidate crashes while loading
+        r = fleet.deploy("candidate", KCTL_SIM_FLEET_FAULT="candidate:2=crash_while_loading")
+    assert r.code == 3, r.explain()
+    assert r.err.count("smoke gate passed") == 1, r.err  # slot 1 moved, then the fault
+    assert "the simulated orchestrator rolled the update back" in r.err, r.err
+    fleet.assert_all_on("baseline")
+    code, st = fleet.status()
+    assert st["service"]["update_state"] == "rollback_completed", st["service"]
+    _check_served(probe.result, "an abort after a replica's fault mid-wave")
+
+
+def test_a_bad_fault_knob_is_refused_before_anything_changes(fleet: Fleet) -> None:
+    r = fleet.deploy("candidate", KCTL_SIM_FLEET_FAULT="candidate:2=melt")
+    assert r.code == 2, r.explain()
+    assert "unknown fault 'melt'" in r.err
+    fleet.assert_all_on("baseline")
+
+
+def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        run = Watched(fleet, "candidate")
+        run.wait_for(r"rolling 2 replicas to candidate")
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.finish()
+        code, st = fleet.status()
+        assert code == 4, st
+        assert st["interrupted"] and st["problems"], st
+        assert "kctl rollback --fleet" in st["hint"]
+        r = fleet.run("rollback", "--fleet", str(fleet.file))
+    assert r.code == 0, r.explain()
+    assert "closed interrupted rollout" in r.err
+    fleet.assert_all_on("baseline")
+    _check_served(probe.result, "a rollout whose kctl was killed, then rolled back")
+    hist = json.loads(fleet.run("--json", "history", "--fleet", str(fleet.file)).out)["result"]
+    assert [h["status"] for h in hist[:2]] == ["promoted", "interrupted"], hist[:2]
+
+
+def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        r = fleet.deploy("candidate")
+    assert r.code == 0, r.explain()
+    assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
+    fleet.assert_all_on("candidate")
+    _check_served(probe.result, "a promoted rollout")
