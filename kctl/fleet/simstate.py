@@ -30,7 +30,9 @@ from kctl.errors import StoreCorrupt, UsageError
 
 SCHEMA = 1
 FAULT_ENV = "KCTL_SIM_FLEET_FAULT"
-_ITEM = re.compile(r"^(?P<profile>[A-Za-z0-9][-A-Za-z0-9_.]*):(?P<slot>[0-9]+|canary)=(?P<faults>[a-z_+]+)$")
+_ITEM = re.compile(
+    r"^(?P<profile>[A-Za-z0-9][-A-Za-z0-9_.]*):(?P<slot>[0-9]+|canary)=(?P<faults>[a-z_+]+)$"
+)
 
 #: (profile, role, slot) -> the simulator faults of that replica
 Faults = dict[tuple[str, str, int], tuple[str, ...]]

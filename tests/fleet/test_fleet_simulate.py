@@ -101,7 +101,9 @@ class Fleet:
         return Run(p.returncode, p.stdout, p.stderr)
 
     def deploy(self, name: str, **env: str) -> Run:
-        return self.run("deploy", str(self.profiles / f"{name}.yaml"), "--fleet", str(self.file), **env)
+        return self.run(
+            "deploy", str(self.profiles / f"{name}.yaml"), "--fleet", str(self.file), **env
+        )
 
     def status(self) -> tuple[int, dict[str, Any]]:
         r = self.run("--json", "status", "--fleet", str(self.file))
