@@ -40,14 +40,16 @@ def _schemas() -> dict[str, Any]:
 SCHEMAS = _schemas()
 
 
-def check(kctl: Kctl, command: str, *args: str, code: int = 0) -> dict[str, Any]:
+def check(
+    kctl: Kctl, command: str, *args: str, code: int = 0, schema: str | None = None
+) -> dict[str, Any]:
     r = kctl.run("--json", *args)
     assert r.code == code, r.out + r.err
     doc = r.json()
     jsonschema.validate(doc, SCHEMAS["envelope"])
     assert doc["command"] == command and doc["exit_code"] == code
     if doc["result"] is not None or command in ("lock show",):
-        jsonschema.validate(doc["result"], SCHEMAS[command])
+        jsonschema.validate(doc["result"], SCHEMAS[schema or command])
     return doc
 
 
@@ -87,3 +89,48 @@ def test_every_command_validates(kctl: Kctl, tmp_path: Path) -> None:
     # an error envelope: no result, the error with its hint
     doc = check(kctl, "deploy", "deploy", str(tmp_path / "missing.yaml"), code=2)
     assert doc["error"]["message"]
+
+
+@pytest.mark.slow
+def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
+    """deploy/status/history/rollback --fleet, on the simulated orchestrator."""
+    from kctl.runtime.local import LocalRuntime
+    from tests.fleet.test_fleet_simulate import PROFILES, _free_range
+
+    for src in PROFILES.glob("*.yaml"):
+        (tmp_path / src.name).write_text(
+            src.read_text().replace("deadline_s: 30", "deadline_s: 600")
+        )
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        f"kind: fleet\nname: js\nreplicas: 2\nports: {{first: {_free_range(3)}}}\n"
+        "rollout: {canary: 1, monitor_s: 1, smoke_requests: 1}\n"
+    )
+    f = ("--fleet", str(fleet))
+    try:
+        doc = check(
+            kctl, "deploy", "deploy", str(tmp_path / "baseline.yaml"), *f, schema="deploy --fleet"
+        )
+        assert doc["result"]["outcome"] == "established"
+        doc = check(
+            kctl, "deploy", "deploy", str(tmp_path / "baseline.yaml"), *f, schema="deploy --fleet"
+        )
+        assert doc["result"]["outcome"] == "already-serving"
+        crash = str(tmp_path / "crash.yaml")
+        doc = check(kctl, "deploy", "deploy", crash, *f, code=3, schema="deploy --fleet")
+        assert doc["result"]["outcome"] == "rejected"
+        st = check(kctl, "status", "status", *f, schema="status --fleet")["result"]
+        assert st["driver"] == "simulated" and len(st["replicas"]) == 2, st
+        check(kctl, "history", "history", *f, schema="history --fleet")
+        check(kctl, "rollback", "rollback", *f, schema="rollback --fleet")
+    finally:
+        rt = LocalRuntime(kctl.state / "simulate" / "fleets" / "js" / "orchestrator")
+        for inst in rt.running():
+            rt.stop(inst, 5)
+
+
+def test_render_validates(kctl: Kctl) -> None:
+    profile = str(REPO / "profiles" / "triton-graphs.yaml")
+    fleet = str(REPO / "fleets" / "k8s-example.yaml")
+    doc = check(kctl, "render", "render", "--k8s", profile, "--fleet", fleet)
+    assert doc["result"]["objects"], doc["result"]
