@@ -264,3 +264,17 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
     fleet.assert_all_on("candidate")
     _check_served(probe.result, "a promoted rollout")
+
+
+def test_the_fault_knob_parses_per_profile_and_slot() -> None:
+    from kctl.errors import UsageError
+    from kctl.fleet.simstate import parse_faults
+
+    assert parse_faults("candidate:2=crash_while_loading, cand.b:canary=hang+wrong_output") == {
+        ("candidate", "main", 2): ("crash_while_loading",),
+        ("cand.b", "canary", 1): ("hang", "wrong_output"),
+    }
+    assert parse_faults("") == {}
+    for bad in ("candidate=hang", "candidate:0=hang", "candidate:1=melt", "candidate:x=hang"):
+        with pytest.raises(UsageError, match="KCTL_SIM_FLEET_FAULT"):
+            parse_faults(bad)
