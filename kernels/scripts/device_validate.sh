@@ -12,7 +12,7 @@
 # 128"), BENCH_KV ("bf16": the benchmark once per listed --kv-dtype, e.g. "bf16 fp8_e4m3",
 # JSON bench.json for bf16, bench-<dtype>.json otherwise), STEP_REPS (10), STEP_ARGS (more step
 # bench arguments, e.g. "--wheel .whl/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl --reps-sglang 3"), SKIP_BENCH=1,
-# SKIP_STEP=1, and BUILD_TIMEOUT / TEST_TIMEOUT / BENCH_TIMEOUT / STEP_TIMEOUT in seconds.
+# SKIP_STEP=1, PYTEST_ARGS (more pytest arguments, e.g. -s), and BUILD_TIMEOUT / TEST_TIMEOUT / BENCH_TIMEOUT / STEP_TIMEOUT in seconds.
 set -u -o pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$REPO/_device_out}
@@ -28,7 +28,7 @@ lap() { echo "$1 at $(( $(date +%s) - t0 )) s"; }
 rc=$?; lap "build rc=$rc"; tail -3 "$OUT/build.log"
 [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit 1; }
 
-timeout "${TEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -p no:cacheprovider -m gpu -rs ${TESTS:-kernels/tests} \
+timeout "${TEST_TIMEOUT:-300}" python3 -X faulthandler -m pytest -q -p no:cacheprovider -m gpu -rs ${PYTEST_ARGS:-} ${TESTS:-kernels/tests} \
   > "$OUT/gpu_tests.log" 2>&1
 lap "gpu tests rc=$?"; tail -3 "$OUT/gpu_tests.log"
 
