@@ -268,6 +268,8 @@ def build_tree(wheel: Path, dest: Path, *, version: str | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
+        required: tuple[str, ...]
+        optional: tuple[str, ...]
         if standalone_runtime.MARKER in names:
             required, optional, stubs = standalone_runtime.FILES, (), standalone_runtime.STUBS
         else:
