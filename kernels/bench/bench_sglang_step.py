@@ -1,7 +1,8 @@
 """Per-step target-verify attention cost through SGLang's real Triton backend, patched or not.
 
 One "step" is what a verify forward pass spends in attention: ``init_forward_metadata`` (or, in
-CUDA-graph mode, ``init_forward_metadata_replay_cuda_graph`` plus the graph replay) and then
+CUDA-graph mode, the release's replay hook, ``init_forward_metadata_replay_cuda_graph`` or from
+0.5.13 ``init_forward_metadata_out_graph``, plus the graph replay) and then
 ``TritonAttnBackend.forward_extend`` for every layer (draft-KV save + attention), each layer
 with its own KV buffer so the L2 cache does not flatter short contexts. Timed with CUDA events
 around the whole step (so host launch gaps in eager mode count), median of ``--reps``.
@@ -19,6 +20,9 @@ The floor is the KV bytes every step must read (layers x (prefix + draft) x 1152
 over the device-to-device copy bandwidth measured in the same run (read + write counted).
 
     python kernels/bench/bench_sglang_step.py --json $OUT/sglang_step.json
+    python kernels/bench/bench_sglang_step.py --wheel .whl/sglang-0.5.23-*.whl  # the plugin path
+
+A runtime-context release (0.5.14 on) also needs ``msgspec`` (its KV-index plan imports it).
 """
 
 from __future__ import annotations

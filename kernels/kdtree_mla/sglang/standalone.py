@@ -16,6 +16,10 @@ CUDA-graph hooks), the KV-index kernel and ``extend_attention_fwd`` are SGLang's
 ``sglang-<version>.dist-info`` makes the version readable by ``importlib.metadata``, as the
 startup hook reads it in the image.
 
+Releases that read SGLang's runtime context (0.5.14 on; a wheel with
+``sglang/srt/runtime_context.py``) take :mod:`.standalone_runtime`'s files and stand-ins
+instead; the lists below are the older releases' (0.5.9 to 0.5.13).
+
 The builders below (:func:`make_model_runner`, :class:`MLAPool`, :func:`make_layer`,
 :func:`verify_batch`) stand in for the model runner, the KV pool and the speculative batch with
 exactly the attributes ``TritonAttnBackend`` reads. They import torch when called.
@@ -23,6 +27,9 @@ exactly the attributes ``TritonAttnBackend`` reads. They import torch when calle
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import re
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -253,26 +260,37 @@ def build_tree(wheel: Path, dest: Path, *, version: str | None = None) -> Path:
     """Write the standalone SGLang tree under ``dest`` and return ``dest``.
 
     ``version`` overrides the one in the dist-info (to test the decline of unsupported versions
-    on SGLang's real code); by default it is the wheel's.
+    on SGLang's real code); by default it is the wheel's. Raises ``FileNotFoundError`` naming
+    the files a wheel lacks.
     """
+    from kdtree_mla.sglang import standalone_runtime
+
     dest.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        missing = [f for f in REAL_FILES if f not in names]
+        required: tuple[str, ...]
+        optional: tuple[str, ...]
+        if standalone_runtime.MARKER in names:
+            required, optional, stubs = standalone_runtime.FILES, (), standalone_runtime.STUBS
+        else:
+            required, optional, stubs = REAL_FILES, OPTIONAL_FILES, STUBS
+        missing = [f for f in required if f not in names]
         if missing:
             raise FileNotFoundError(f"{wheel.name} lacks {', '.join(missing)}")
-        taken = [*REAL_FILES, *(f for f in OPTIONAL_FILES if f in names)]
+        taken = [*required, *(f for f in optional if f in names)]
         for name in taken:
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(name))
-    for rel, (_what, source) in STUBS.items():
-        if rel in taken:
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(source.lstrip("\n"))
-    for pkg in sorted({str(Path(f).parent) for f in (*taken, *STUBS)}):
+        for rel, (_what, source) in stubs.items():
+            if rel in taken:
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(
+                _TAKEN_RE.sub(lambda m: _definition(zf, m[1], m[2]), source.lstrip("\n"))
+            )
+    for pkg in sorted({str(Path(f).parent) for f in (*taken, *stubs)}):
         init = dest / pkg / "__init__.py"
         if not init.exists():
             init.write_text("")
@@ -285,6 +303,27 @@ def build_tree(wheel: Path, dest: Path, *, version: str | None = None) -> Path:
     return dest
 
 
+#: A stub line replaced by a definition's source from the wheel: ``#: taken: <path> <name>``.
+_TAKEN_RE = re.compile(r"^#: taken: (\S+) (\w+)$", re.MULTILINE)
+
+
+def _definition(zf: zipfile.ZipFile, path: str, name: str) -> str:
+    """The source of the top-level class or function ``name`` in the wheel's ``path``,
+    decorators included."""
+    source = zf.read(path).decode()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            assert node.end_lineno is not None
+            return "\n".join(source.splitlines()[first - 1 : node.end_lineno])
+    raise FileNotFoundError(f"{path} in the wheel defines no {name}")
+
+
+def _runtime_layout() -> bool:
+    """Whether the SGLang on the path is a runtime-context release's standalone tree."""
+    return importlib.util.find_spec("sglang.srt.runtime_context") is not None
+
+
 class MLAPool:
     """``MLATokenToKVPool`` as the Triton backend uses it: one [S, 1, 576] bf16 buffer a layer.
 
@@ -295,6 +334,7 @@ class MLAPool:
         import torch
 
         self.size = size
+        self.start_layer = 0
         self.dtype = torch.bfloat16 if dtype is None else dtype
         self.buffers = [
             torch.full((size, 1, 576), float("nan"), dtype=torch.bfloat16, device=device).to(
@@ -309,7 +349,11 @@ class MLAPool:
     def get_value_buffer(self, layer_id: int) -> Any:
         return self.buffers[layer_id][..., :512]
 
+    def get_kv_buffer(self, layer_id: int) -> tuple[Any, Any]:
+        return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
+
     def set_kv_buffer(self, layer: Any, loc: Any, cache_k: Any, cache_v: Any, *args: Any) -> None:
+        loc = getattr(loc, "loc", loc)  # 0.5.14 on: a KVWriteLoc
         self.buffers[layer.layer_id][loc] = cache_k.to(self.buffers[layer.layer_id].dtype)
 
 
@@ -326,12 +370,14 @@ def make_model_runner(
     """A model runner with what ``TritonAttnBackend.__init__`` and the patch read.
 
     The KV-cache dtype is the pool's (``MLAPool(dtype=torch.float8_e4m3fn)`` for an fp8 cache).
+    In a runtime-context release's tree it also publishes the runtime context and carries the
+    wheel's ``KVIndexTranslator`` (:func:`.standalone_runtime.fit_runner`).
     """
     import torch
     from sglang.srt.configs.model_config import AttentionArch
 
     req_to_token = torch.zeros((max_requests, context_len), dtype=torch.int32, device=device)
-    return SimpleNamespace(
+    runner = SimpleNamespace(
         req_to_token_pool=SimpleNamespace(size=max_requests, req_to_token=req_to_token),
         sliding_window_size=None,
         token_to_kv_pool_allocator=None,
@@ -341,6 +387,7 @@ def make_model_runner(
             speculative_num_steps=num_draft_tokens - 1,
             speculative_attention_mode="prefill",
             speculative_algorithm="EAGLE",
+            speculative_eagle_topk=4,
             triton_attention_num_kv_splits=8,
             triton_attention_split_tile_size=None,
             enable_deterministic_inference=False,
@@ -353,10 +400,14 @@ def make_model_runner(
         model_config=SimpleNamespace(
             attention_arch=AttentionArch.MLA,
             num_attention_heads=num_heads,
-            get_num_kv_heads=lambda tp: 1,
+            get_max_num_attention_heads=lambda: num_heads,
+            get_num_kv_heads=lambda *parallel: 1,
             context_len=context_len,
+            head_dim=256,  # DeepSeek V3 / Kimi K2's ModelConfig
+            hf_config=SimpleNamespace(architectures=["DeepseekV3ForCausalLM"]),
             is_encoder_decoder=False,
             kv_lora_rank=512,
+            qk_nope_head_dim=128,
             qk_rope_head_dim=64,
             v_head_dim=512,
             swa_v_head_dim=None,
@@ -373,6 +424,11 @@ def make_model_runner(
         prefill_attention_backend_str="triton",
         decode_attention_backend_str="triton",
     )
+    if _runtime_layout():
+        from kdtree_mla.sglang import standalone_runtime
+
+        standalone_runtime.fit_runner(runner, pool)
+    return runner
 
 
 def make_layer(
@@ -449,7 +505,7 @@ def verify_batch(
     if mask_dtype is not None:
         custom_mask = custom_mask.to(mask_dtype)
     seq_lens = torch.tensor(prefix_lens, dtype=torch.int32, device=device)
-    return ForwardBatch(
+    batch = ForwardBatch(
         forward_mode=ForwardMode.TARGET_VERIFY,
         batch_size=len(prefix_lens),
         req_pool_indices=torch.tensor(req_rows, dtype=torch.int64, device=device),
@@ -457,11 +513,20 @@ def verify_batch(
         seq_lens_sum=int(sum(prefix_lens)),
         seq_lens_cpu=seq_lens.cpu(),
         out_cache_loc=torch.cat(out_cache_loc).to(device=device, dtype=torch.int64),
-        spec_info=SimpleNamespace(custom_mask=custom_mask, draft_token_num=d),
+        spec_info=SimpleNamespace(custom_mask=custom_mask, draft_token_num=d, num_tokens_per_req=d),
         token_to_kv_pool=runner.token_to_kv_pool,
         extend_seq_lens=None,
         extend_start_loc=None,
         extend_prefix_lens=None,
+        extend_prefix_lens_cpu=None,
         extend_seq_lens_cpu=None,
         encoder_lens=None,
+        positions=None,
+        mha_one_shot=False,
+        attn_attend_prefix_cache=None,
     )
+    if getattr(runner, "kv_index_translator", None) is not None:
+        from kdtree_mla.sglang import standalone_runtime
+
+        standalone_runtime.bind_plan(runner, batch)
+    return batch

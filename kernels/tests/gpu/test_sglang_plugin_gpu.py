@@ -2,9 +2,10 @@
 
 SGLang's ``TritonAttnBackend``, its Triton kernels and its plugin framework
 (``sglang/srt/plugins/``) come unchanged from the wheel named by ``$KDTREE_SGLANG_PLUGIN_WHEEL``
-(default: the newest ``.whl/sglang-0.5.1[1-3]*.whl``; 0.5.11 has the capture/replay graph hooks,
-0.5.13 the out_graph/in_graph ones); what they import is stubbed as
-:mod:`kdtree_mla.sglang.standalone` documents. The kernel package's entry point is discovered
+(default: the newest plugin release in ``.whl/``, 0.5.23 when downloaded; 0.5.11 has the
+capture/replay graph hooks, 0.5.13 on the out_graph/in_graph ones, 0.5.14 on read SGLang's
+runtime context and KV-index translator); what they import is stubbed as
+:mod:`kdtree_mla.sglang.standalone` and :mod:`kdtree_mla.sglang.standalone_runtime` document. The kernel package's entry point is discovered
 the way SGLang discovers it: a ``kdtree_mla`` dist-info with its ``entry_points.txt`` on the
 path, then the wheel's own ``load_plugins()``; the backend comes from the registry entry it
 made. Each case checks the kernel against SGLang's Triton path and the fp64 reference, eager
@@ -36,11 +37,18 @@ ENTRY_POINTS = "[sglang.srt.plugins]\nkdtree = kdtree_mla.sglang.plugin:register
 
 
 def _wheel() -> Path | None:
+    """``$KDTREE_SGLANG_PLUGIN_WHEEL``, else the newest plugin release's wheel in ``.whl/``."""
     env = os.environ.get("KDTREE_SGLANG_PLUGIN_WHEEL")
     if env:
         return Path(env)
-    found = sorted((REPO / ".whl").glob("sglang-0.5.1[1-3]*.whl"))
-    return found[-1] if found else None
+    from kdtree_mla.sglang.versions import version_key
+
+    plugin_releases = [
+        (key, path)
+        for path in (REPO / ".whl").glob("sglang-*.whl")
+        if (key := version_key(path.name.split("-")[1])) is not None and key >= (0, 5, 11)
+    ]
+    return max(plugin_releases)[1] if plugin_releases else None
 
 
 def _helpers() -> Any:
@@ -59,7 +67,7 @@ def plugin_sglang(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The wheel's SGLang with the kernel's plugin loaded; yields (registry, helpers, version)."""
     wheel = _wheel()
     if wheel is None or not wheel.is_file():
-        pytest.fail("no plugin-release wheel: pip download --no-deps sglang==0.5.13 -d .whl")
+        pytest.fail("no plugin-release wheel: pip download --no-deps sglang==0.5.23 -d .whl")
     from kdtree_mla.sglang import announce, standalone
 
     tree = standalone.build_tree(wheel, tmp_path_factory.mktemp("sglang_plugin"))
@@ -114,12 +122,13 @@ def _as_selected(runner: Any) -> None:
 
 
 def test_load_plugins_registers_the_backend_and_its_choice(plugin_sglang: Any) -> None:
-    from sglang.srt import server_args
+    from kdtree_mla.sglang.plugin import choices_hook
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
     registry, _h, version = plugin_sglang
     assert "kdtree" in registry.ATTENTION_BACKENDS
-    assert "kdtree" in server_args.ATTENTION_BACKEND_CHOICES
+    choices, _add = choices_hook()  # server_args up to 0.5.19, arg_groups.choices from 0.5.20
+    assert "kdtree" in choices.ATTENTION_BACKEND_CHOICES
     backend, *_ = make_backend(plugin_sglang, heads=8, draft=4, pool_size=256, context_len=128)
     assert isinstance(backend, TritonAttnBackend) and type(backend) is not TritonAttnBackend
     from kdtree_mla.sglang import announce

@@ -1,0 +1,113 @@
+"""CPU tests of the standalone SGLang tree builder (``kdtree_mla.sglang.standalone.build_tree``).
+
+The GPU tests run SGLang's real Triton backend from trees this builds out of the published
+wheels; here synthetic wheels check which files a release's tree takes, that a runtime-context
+release (0.5.14 on) gets its own stand-ins with the definitions they name copied from the wheel,
+and that a wheel missing a file is refused by name. No torch, no SGLang.
+"""
+
+from __future__ import annotations
+
+import ast
+import zipfile
+from pathlib import Path
+
+import pytest
+from kdtree_mla.sglang import standalone, standalone_runtime
+
+FORWARD_MODE = """
+from enum import IntEnum, auto
+
+
+class Unrelated:
+    pass
+
+
+class ForwardMode(IntEnum):
+    EXTEND = auto()
+    TARGET_VERIFY = auto()
+
+    def is_target_verify(self):
+        return self == ForwardMode.TARGET_VERIFY
+"""
+KV_WRITE_LOC = """
+from dataclasses import dataclass
+
+
+@dataclass
+class KVWriteLoc:
+    loc: object
+    physical: bool = False
+
+
+def unwrap_write_loc(loc_info):
+    return getattr(loc_info, "loc", loc_info), None, None
+"""
+TREE_MASK = "from enum import IntEnum\n\n\nclass TreeMaskMode(IntEnum):\n    FULL_MASK = 0\n"
+
+
+def _wheel(tmp_path: Path, version: str, files: dict[str, str]) -> Path:
+    wheel = tmp_path / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return wheel
+
+
+def _runtime_release(
+    tmp_path: Path, *, drop: str | None = None, tree_mask: str = TREE_MASK
+) -> Path:
+    files = {name: f"# {name}\n" for name in standalone_runtime.FILES if name != drop}
+    files[standalone_runtime.MARKER] = "raise RuntimeError('the real runtime context')\n"
+    files["sglang/srt/model_executor/forward_batch_info.py"] = FORWARD_MODE
+    files["sglang/srt/mem_cache/memory_pool.py"] = KV_WRITE_LOC
+    files["sglang/kernels/ops/speculative/spec_tree.py"] = tree_mask
+    return _wheel(tmp_path, "0.5.23", files)
+
+
+def test_a_runtime_context_release_gets_its_files_and_stand_ins(tmp_path: Path) -> None:
+    tree = standalone.build_tree(_runtime_release(tmp_path), tmp_path / "tree")
+    for name in standalone_runtime.FILES:
+        assert (tree / name).read_text() == f"# {name}\n", name  # taken unchanged
+    # The marker file itself is stood in for: the real one needs the whole server.
+    context = (tree / standalone_runtime.MARKER).read_text()
+    assert "def publish(" in context and "the real runtime context" not in context
+    for name in standalone_runtime.STUBS:
+        ast.parse((tree / name).read_text(), filename=name)
+    assert (tree / "sglang-0.5.23.dist-info" / "METADATA").read_text().endswith("Version: 0.5.23\n")
+
+
+def test_a_taken_definition_is_the_wheels_source(tmp_path: Path) -> None:
+    tree = standalone.build_tree(_runtime_release(tmp_path), tmp_path / "tree")
+    info = (tree / "sglang/srt/model_executor/forward_batch_info.py").read_text()
+    assert "#: taken:" not in info
+    assert FORWARD_MODE.split("\n\n\n")[2].strip() in info  # ForwardMode, whole
+    assert "class Unrelated" not in info
+    pool = (tree / "sglang/srt/mem_cache/memory_pool.py").read_text()
+    assert "@dataclass\nclass KVWriteLoc:" in pool  # decorators come along
+    assert "def unwrap_write_loc(loc_info):" in pool
+    assert (
+        "class TreeMaskMode(IntEnum):"
+        in (tree / "sglang/srt/speculative/eagle_utils.py").read_text()
+    )
+
+
+def test_an_older_release_keeps_the_older_lists(tmp_path: Path) -> None:
+    files = {name: f"# {name}\n" for name in standalone.REAL_FILES}
+    files["sglang/srt/plugins/__init__.py"] = "# plugins\n"
+    tree = standalone.build_tree(_wheel(tmp_path, "0.5.13", files), tmp_path / "tree")
+    assert (tree / "sglang/srt/plugins/__init__.py").read_text() == "# plugins\n"
+    assert not (tree / standalone_runtime.MARKER).exists()
+    assert (tree / "sglang/srt/server_args.py").read_text().startswith("ATTENTION_BACKEND_CHOICES")
+
+
+def test_a_wheel_missing_a_file_is_refused_by_name(tmp_path: Path) -> None:
+    dropped = "sglang/srt/mem_cache/kv_index_translator.py"
+    with pytest.raises(FileNotFoundError, match="lacks sglang/srt/mem_cache/kv_index_translator"):
+        standalone.build_tree(_runtime_release(tmp_path, drop=dropped), tmp_path / "tree")
+
+
+def test_a_named_definition_the_wheel_lacks_is_refused(tmp_path: Path) -> None:
+    wheel = _runtime_release(tmp_path, tree_mask="X = 1\n")
+    with pytest.raises(FileNotFoundError, match="defines no TreeMaskMode"):
+        standalone.build_tree(wheel, tmp_path / "tree")
