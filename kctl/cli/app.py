@@ -1,0 +1,158 @@
+"""The ``kctl`` Typer app, its global options and what every command shares: the context
+(state dir, backend, reporter) and the one way a result is printed (:func:`_emit`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+class _FlagHelp:
+    """``--help`` drawn as the flag it is (no value type after it)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        opt = super().get_help_option(ctx)  # type: ignore[misc]
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+
+class _Command(_FlagHelp, TyperCommand):
+    pass
+
+
+class _Group(_FlagHelp, TyperGroup):
+    pass
+
+
+def flag(*decls: str, help: str) -> Any:  # noqa: A002 - typer's own name for it
+    """A boolean option given as a plain flag (``--json``), drawn without a value type."""
+    return typer.Option(False, *decls, help=help, metavar="")
+
+
+app = typer.Typer(
+    name="kctl",
+    cls=_Group,
+    help="Deploy custom GPU kernels into SGLang serving: build, health, throughput gate, "
+    "promote or automatically revert.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 ok or promoted; 2 invalid input; 3 candidate rejected, baseline "
+    "restored and verified; 4 DEGRADED or needs attention (run `kctl rollback`); 5 a "
+    "precondition failed, nothing changed; 130 interrupted before anything changed; 1 "
+    "internal error.",
+)
+lock_app = typer.Typer(cls=_Group, help="Inspect or release the deploy lock.", no_args_is_help=True)
+app.add_typer(lock_app, name="lock")
+
+
+@dataclass
+class Options:
+    state_dir: Path | None = None
+    json: bool = False
+    verbose: bool = False
+    simulate: bool = False
+    command: str = ""
+
+
+OPTS = Options()
+
+
+class CliReporter:
+    """Progress on stderr: a live line on a terminal, throttled lines otherwise."""
+
+    def __init__(self, quiet: bool, verbose: bool = False) -> None:
+        self.quiet = quiet
+        self.verbose = verbose
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+        self._live = False
+
+    def _end_live(self) -> None:
+        if self._live:
+            sys.stderr.write("\n")
+            self._live = False
+
+    def event(self, message: str) -> None:
+        self._end_live()
+        print(f"kctl: {message}", file=sys.stderr, flush=True)
+
+    def warn(self, message: str) -> None:
+        self._end_live()
+        print(f"kctl: warning: {message}", file=sys.stderr, flush=True)
+
+    def progress(self, message: str, detail: str = "") -> None:
+        if detail and (self.tty or self.verbose):
+            message = f"{message}: {detail}"
+        if self.verbose and not self.tty:
+            print(f"kctl: {message}", file=sys.stderr, flush=True)
+            return
+        if self.tty:
+            sys.stderr.write("\r\033[K" + message[:200])
+            sys.stderr.flush()
+            self._live = True
+            return
+        now = time.monotonic()
+        if now - self._last >= 2.0:
+            self._last = now
+            print(f"kctl: {message}", file=sys.stderr, flush=True)
+
+
+def _context() -> Any:
+    from kctl.backend import make_backend
+    from kctl.controller.context import Context, default_state_dir
+
+    root = Path(OPTS.state_dir or default_state_dir()).expanduser().resolve()
+    backend = make_backend(simulate=OPTS.simulate)  # the one place simulation is chosen
+    return Context(
+        state_dir=backend.state_dir(root),
+        backend=backend,
+        reporter=CliReporter(quiet=OPTS.json, verbose=OPTS.verbose),
+    )
+
+
+def _emit(command: str, result: Any, text: str, exit_code: int = 0) -> None:
+    from kctl.render import envelope
+
+    if OPTS.json:
+        print(envelope(command, ok=exit_code == 0, exit_code=exit_code, result=result))
+    else:
+        print(text)
+    if exit_code:
+        raise typer.Exit(exit_code)
+
+
+@app.callback()
+def _globals(
+    state_dir: Path | None = typer.Option(
+        None,
+        "--state-dir",
+        envvar="KCTL_STATE_DIR",
+        help="Where kctl keeps its store, lock and logs (default: $XDG_STATE_HOME/kctl).",
+    ),
+    json_out: bool = flag("--json", help="Print one versioned JSON envelope on stdout."),
+    verbose: bool = flag(
+        "--verbose", "-v", help="Tracebacks on errors, and every health-poll miss."
+    ),
+    simulate: bool = flag(
+        "--simulate",
+        help="Run on the local runtime with the SGLang simulator, in the state dir's "
+        "simulate/ namespace; never touches a real deployment.",
+    ),
+) -> None:
+    OPTS.state_dir, OPTS.json, OPTS.verbose, OPTS.simulate = state_dir, json_out, verbose, simulate
+
+
+FLEET_OPTION: Any = typer.Option(
+    None,
+    "--fleet",
+    help="A fleet file (docs/fleet.md): act on every replica of that fleet (Docker Swarm) "
+    "instead of this host.",
+)
