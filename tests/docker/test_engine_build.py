@@ -93,7 +93,7 @@ def test_failed_build_names_the_step_and_changes_nothing(
     with pytest.raises(BuildFailed) as err:
         build_image(bad, state_dir=tmp_path, client=engine, rebuild=True)
     message = str(err.value)
-    assert "failed at Step 6/6 (RUN echo" in message
+    assert "failed at Step 7/7 (RUN echo" in message
     assert "returned a non-zero code: 3" in message
     assert "nvcc fatal" in message  # the last log lines are quoted
     assert err.value.exit_code == 5
