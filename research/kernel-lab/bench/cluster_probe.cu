@@ -4,8 +4,10 @@
 // At B=1 the verify call's end game (epilogue, publish, merge) is ~5-6 us of every call, and
 // much of it is the partials' round trip through L2: 132 CTAs each store a 32 x 512 bf16
 // partial (4.3 MB in all, two thirds of 5.7k tokens' KV), then each reads its 1/132 of the
-// outputs from all 132 (research/kernel-lab/bench/endgame_probe.py, docs/kernel-benchmarks.md session 10).
-// Session 15's results: docs/kernel-benchmarks.md, "What session 15 measured".
+// outputs from all 132 (research/kernel-lab/bench/endgame_probe.py, research/kernel-history.md,
+// the 2026-12-01 11:27-11:45 UTC runs, results commit b493fdb).
+// Its results (2026-12-01, commits cb29c0e and 3d1e8a8): research/kernel-history.md,
+// "What the 2026-12-01 17:54-18:47 UTC runs measured and changed".
 // Clusters (sm_90 and sm_120 both have them; portable size 8) let C CTAs merge in distributed
 // shared memory first, so only n / C partials go through L2. The probe runs the end game
 // alone, no attention math, one CTA an SM (137,472 B of dynamic shared memory, as the

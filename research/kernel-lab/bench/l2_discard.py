@@ -5,7 +5,7 @@ the next call rewrites them there; in a model step the other kernels' reads evic
 writes them back to DRAM, traffic that `--cold-l2` charges to the call (the flush after it
 pays the write-back). `L2Discard(t)()` drops every 128-byte line of `t` (`discard.global.L2`),
 so graph(flush + call + discard) - graph(flush + discard) is the call with none of its
-partials written back. Session 21 measured that write-back with it (1.1-1.9 us a B=1 call
+partials written back. The 2026-12-02 run of commit bbb0658 measured that write-back with it (1.1-1.9 us a B=1 call
 L2 cold); since then the merge reads the partials with an evict-last policy
 (verify_merge.cuh), which keeps them in L2, and the drop saves nothing more.
 """

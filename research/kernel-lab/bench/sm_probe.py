@@ -1,8 +1,9 @@
-"""Which SMs are slow? A probe for session 13's slow-region lead (run on the device).
+"""Which SMs are slow? A probe for the slow-region lead of the 2026-12-01
+15:45-16:25 UTC runs (results commit b3d18ae; run on the device).
 
 At B=1 the CTAs on a few SMs finish 1-1.6 us after the median in every call, and the end game
 waits for them. They sit in groups of four SMs (two TPCs), e.g. 44-47, 88-91 and 120-123;
-keeping that whole region idle took 0.4 us off 23k (research/kernel-history.md, session 13),
+keeping that whole region idle took 0.4 us off 23k (research/kernel-history.md, the 2026-12-01 15:45-16:25 UTC runs),
 but a calibration from the kernel's own trace was too noisy to find it. This probe asks
 whether a plain measurement can: one CTA per SM, all SMs at once, each gathering `rows`
 random 1152-byte rows (as the verify kernel's KV blocks) or reading the same 36 KB (as its Q

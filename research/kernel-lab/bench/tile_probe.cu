@@ -4,7 +4,8 @@
 // At H=64 the verify kernel is bound by its math warps: 32 rows a CTA tile, 8 math warps + 2
 // load warps, 168 registers a thread (10 warps: a scheduler holds 3), ~190 KB of shared-memory
 // traffic a 32-token block for 544 MMAs, 38.9% of the measured mma.sync rate
-// (docs/kernel-benchmarks.md; session 7's profile in research/kernel-history.md). A 64-row tile
+// (docs/kernel-benchmarks.md; the 2026-12-01 07:49-08:06 UTC profile in
+// research/kernel-history.md). A 64-row tile
 // feeds each K and V fragment to twice the MMAs, but holds twice the Q fragments and O
 // accumulators: it fits no register budget with 10 warps. With 8 warps and no load warps (the
 // math warps issue the bulk copies) a thread may have 255.

@@ -2,7 +2,7 @@
 # Side-by-side device batch for several kernel trees: builds each (in parallel), runs each
 # tree's GPU tests and output digests, then benchmarks them in PASSES passes, each pass
 # starting with the next tree (the first benchmark of a pass reads slower: research/kernel-history.md,
-# session 6), and summarises with bench/ab_summary.py. Everything lands in $OUT/ab.tgz.
+# the 2026-11-29 18:05-18:20 UTC runs, commit 4aa750e), and summarises with bench/ab_summary.py. Everything lands in $OUT/ab.tgz.
 # Usage (repo root on the device machine; the trees as `git archive <commit> kernels | tar -x -C
 # .old`, carried):
 #   TREES="old=.old/kernels new=kernels" PASSES=2 AB_ARGS="--cold-l2 128" \

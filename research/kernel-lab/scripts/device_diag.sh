@@ -8,7 +8,8 @@
 # TRACE_SPLIT=1 also traces the two-kernel path (main + combine kernel) beside the fused one.
 # AB_OPTION=--force-variant AB_VALUES="11 9": the same cases under each value of one
 # bench_verify.py option, two passes, the second in reverse order (the first benchmark of a pass
-# reads slower even for code it does not touch: research/kernel-history.md, session 6).
+# reads slower even for code it does not touch: research/kernel-history.md,
+# the 2026-11-29 18:05-18:20 UTC runs, results in git history at commit 4aa750e).
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}
 WORK=/tmp/kdtree_diag

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 13's slow-region lead: bench/sm_probe.py in three processes, and the verify kernel's
+# The slow-region lead of the 2026-12-01 15:45-16:25 UTC runs (results commit b3d18ae): bench/sm_probe.py in three processes, and the verify kernel's
 # own latest SMs (trace_verify.py --ctas, 23k and 5.7k) twice, on the same machine. $OUT/smprobe.tgz.
 set -u -o pipefail
 FINAL=${OUT:-$PWD/_device_out}; WORK=/tmp/kdtree_smprobe; rm -rf "$WORK"; mkdir -p "$WORK" "$FINAL"
