@@ -38,13 +38,20 @@ skipped context is not computed: SKIPPED).
 
 from __future__ import annotations
 
-import math
-import random
-import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from kctl.errors import GateError
+from kctl.gate.bootstrap import (
+    BOOTSTRAP_ROUNDS,
+    BOOTSTRAP_SEED,
+    INTERVAL_LEVEL,
+    Boot,
+    Crossover,
+    bootstrap,
+    crossover,
+    interval,
+)
 from kctl.gate.correctness import CorrectnessResult, Mismatch, check_correctness
 from kctl.gate.measurement import Measurement
 from kctl.gate.signals import Check, MetricRow, check_metrics, failed_reason, metric_rows
@@ -53,7 +60,6 @@ from kctl.profile.model import PolicySpec
 
 RowResult = Literal["PASS", "FAIL", "UNCLEAR", "INFO", "SKIPPED"]
 Overall = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-CrossoverPosition = Literal["within", "below", "above", "none"]
 
 __all__ = [
     "CorrectnessResult",
@@ -66,11 +72,6 @@ __all__ = [
     "crossover",
     "judge",
 ]
-
-BOOTSTRAP_ROUNDS = 2000
-BOOTSTRAP_SEED = 0
-#: two-sided: the interval spans the 5th to the 95th percentile
-INTERVAL_LEVEL = 0.90
 
 
 # --------------------------------------------------------------------------- rows
@@ -97,24 +98,6 @@ class Row:
     @property
     def label(self) -> str:
         return str(self.context) if self.concurrency == 1 else f"{self.context} x{self.concurrency}"
-
-
-@dataclass(frozen=True)
-class Crossover:
-    """Where the one-at-a-time ratio crosses 1.0, by log-linear interpolation in context."""
-
-    context: float | None
-    #: within the measured range; below/above it (extrapolating the trend); or none
-    position: CrossoverPosition
-
-    def describe(self) -> str:
-        if self.position == "within" and self.context is not None:
-            return f"~{self.context:,.0f} tokens"
-        if self.position == "below":
-            return "below the measured range"
-        if self.position == "above":
-            return "above the measured range"
-        return "none"
 
 
 @dataclass(frozen=True)
@@ -203,65 +186,6 @@ def _classify(lo: float, hi: float, threshold: float) -> RowResult:
     return "UNCLEAR"
 
 
-def _percentile(sorted_xs: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an already sorted list, q in [0, 1]."""
-    pos = q * (len(sorted_xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
-
-
-@dataclass
-class _Boot:
-    """Bootstrap draws of the ratio per bucket (same rounds across buckets)."""
-
-    draws: dict[tuple[int, int], list[float]] = field(default_factory=dict)
-
-
-def _bootstrap(pairs: dict[tuple[int, int], tuple[Summary, Summary]]) -> _Boot:
-    rng = random.Random(BOOTSTRAP_SEED)
-    boot = _Boot({b: [] for b in pairs})
-    for _ in range(BOOTSTRAP_ROUNDS):
-        for bucket, (base, cand) in pairs.items():
-            b = statistics.median(rng.choices(base.values, k=len(base.values)))
-            c = statistics.median(rng.choices(cand.values, k=len(cand.values)))
-            boot.draws[bucket].append(c / b)
-    return boot
-
-
-def _interval(draws: list[float]) -> tuple[float, float]:
-    xs = sorted(draws)
-    tail = (1.0 - INTERVAL_LEVEL) / 2
-    return _percentile(xs, tail), _percentile(xs, 1.0 - tail)
-
-
-def crossover(points: list[tuple[int, float]]) -> Crossover:
-    """Where ``ratio`` crosses 1.0 over (context, ratio) points: linear in ratio against
-    log(context) between the first pair of neighbours that brackets 1.0. With no
-    bracketing pair the trend between the end points says on which side it would lie."""
-    pts = sorted(points)
-    if len(pts) < 2:
-        if pts and pts[0][1] == 1.0:
-            return Crossover(float(pts[0][0]), "within")
-        return Crossover(None, "none")
-    for (c1, r1), (c2, r2) in zip(pts, pts[1:]):
-        if r1 == 1.0:
-            return Crossover(float(c1), "within")
-        if (r1 - 1.0) * (r2 - 1.0) < 0:
-            t = (1.0 - r1) / (r2 - r1)
-            x = math.log(c1) + t * (math.log(c2) - math.log(c1))
-            return Crossover(math.exp(x), "within")
-    if pts[-1][1] == 1.0:
-        return Crossover(float(pts[-1][0]), "within")
-    first, last = pts[0][1], pts[-1][1]
-    if first == last:
-        return Crossover(None, "none")
-    rising = last > first
-    above_one = first > 1.0
-    # a rising ratio that is already above 1 crossed it at a shorter context
-    return Crossover(None, "below" if rising == above_one else "above")
-
-
 # --------------------------------------------------------------------------- judge
 
 
@@ -294,7 +218,7 @@ def judge(
             pairs[base.bucket] = (base, cand)
     if not rows_in:
         raise GateError("baseline measurement has no summaries to compare with")
-    boot = _bootstrap(pairs)
+    boot = bootstrap(pairs)
 
     rows: list[Row] = []
     for base, cand in rows_in:
@@ -319,7 +243,7 @@ def judge(
             )  # fmt: skip
             continue
         ratio = cand.median / base.median
-        lo, hi = _interval(boot.draws[base.bucket])
+        lo, hi = interval(boot.draws[base.bucket])
         result: RowResult = "INFO" if threshold is None else _classify(lo, hi, threshold)
         note = ""
         if n_planned and n_done / n_planned < policy.min_completed_fraction:
@@ -360,7 +284,7 @@ def judge(
     )
 
 
-def _objective(policy: PolicySpec, rows: list[Row], boot: _Boot) -> ObjectiveResult | None:
+def _objective(policy: PolicySpec, rows: list[Row], boot: Boot) -> ObjectiveResult | None:
     spec = policy.objective
     if spec is None:
         return None
@@ -383,7 +307,7 @@ def _objective(policy: PolicySpec, rows: list[Row], boot: _Boot) -> ObjectiveRes
         sum(w * boot.draws[(c, 1)][i] for c, w in spec.weights) / total
         for i in range(BOOTSTRAP_ROUNDS)
     ]
-    lo, hi = _interval(draws)
+    lo, hi = interval(draws)
     return ObjectiveResult(value, lo, hi, spec.min_ratio, _classify(lo, hi, spec.min_ratio),
                            spec.weights)  # fmt: skip
 
