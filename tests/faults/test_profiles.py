@@ -12,10 +12,8 @@ SGLang flags, paths outside the repository, infinite or huge numbers) are marked
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,30 +218,29 @@ BOMB = (
 )
 
 
-def _measured(case: Case, *args: str, timeout: float = 10) -> tuple[int, str, float, float]:
-    """(exit code, stderr, seconds, peak RSS in MB) of one kctl run.
+#: runs a command and prints its peak RSS (KB): the wrapper is a small process, so the
+#: command's fork starts small; measured from the test process itself, a fork of the large
+#: pytest process would count the parent's pages as the child's
+_PEAK_RSS = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "sys.exit(code)\n"
+)
 
-    The RSS is this child's own (``os.wait4``): ``RUSAGE_CHILDREN`` would be the largest of
-    every child the test process ever reaped."""
+
+def _measured(case: Case, *args: str, timeout: float = 10) -> tuple[int, str, float, float]:
+    """(exit code, stderr, seconds, peak RSS in MB) of one kctl run."""
     t0 = time.monotonic()
-    with tempfile.TemporaryFile(mode="w+") as err_file:
-        proc = subprocess.Popen(
-            case.argv(*args), stderr=err_file, stdout=subprocess.DEVNULL, cwd=case.tmp,
-            env=case.env, text=True,
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PEAK_RSS, *case.argv(*args)], capture_output=True,
+            cwd=case.tmp, env=case.env, text=True, timeout=timeout,
         )  # fmt: skip
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        seconds = time.monotonic() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if seconds >= timeout:
-            raise AssertionError(f"kctl {args} took more than {timeout} s")
-        err_file.seek(0)
-        err = err_file.read()
-    return proc.returncode, err, seconds, usage.ru_maxrss / 1024
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"kctl {args} took more than {timeout} s") from None
+    rss_kb = float(proc.stdout.strip().splitlines()[-1])
+    return proc.returncode, proc.stderr, time.monotonic() - t0, rss_kb / 1024
 
 
 @pytest.mark.known_defect("7")
