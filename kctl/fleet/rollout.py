@@ -191,10 +191,11 @@ def _fail(ex: FleetExecutor, store: Store, revert: tuple[Any, ...], exc: BaseExc
             f"DEGRADED: the rollout failed ({reason}) and rolling the fleet back failed too: {why}",
             hint="`kctl status --fleet FLEET` shows each replica; then `kctl rollback --fleet FLEET`",
         ) from exc
-    store.update_deployment(st.txn_id, status="rejected", verdict=_verdict_of(exc), reason=reason,
+    verdict = st.verdict or _verdict_of(exc)
+    store.update_deployment(st.txn_id, status="rejected", verdict=verdict, reason=reason,
                             exit_code=3, timings=ex.timer.total())  # fmt: skip
     store.end_transaction(st.txn_id, "rolled back")
-    st.reason = reason
+    st.reason, st.verdict = reason, verdict
     result = _result(ex, "rejected", [])
     result["table"] = table or st.table
     restored = st.restored or "nothing (no service before)"

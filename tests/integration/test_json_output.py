@@ -119,6 +119,9 @@ def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
         crash = str(tmp_path / "crash.yaml")
         doc = check(kctl, "deploy", "deploy", crash, *f, code=3, schema="deploy --fleet")
         assert doc["result"]["outcome"] == "rejected"
+        # the verdict the record keeps is the one the result says (not null)
+        history = check(kctl, "history", "history", *f, schema="history --fleet")
+        assert doc["result"]["verdict"] == history["result"][0]["verdict"] is not None
         st = check(kctl, "status", "status", *f, schema="status --fleet")["result"]
         assert st["driver"] == "simulated" and len(st["replicas"]) == 2, st
         check(kctl, "history", "history", *f, schema="history --fleet")
