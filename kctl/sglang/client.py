@@ -100,15 +100,7 @@ class SGLangClient:
     def get_json(self, path: str, timeout_s: float) -> dict[str, Any]:
         """GET ``path`` (e.g. ``/get_model_info``); the answer's JSON object."""
         what = f"GET {path}"
-        resp = self._send("GET", path, timeout_s)
-        try:
-            raw = resp.content
-        except requests.RequestException as exc:
-            raise ServerUnreachable(what, cause_of(exc)) from None
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            raise ServerBadBody(what, "not JSON", short(raw)) from None
+        obj, raw = _body_json(self._send("GET", path, timeout_s), what)
         if not isinstance(obj, dict):
             raise ServerBadBody(what, "unexpected answer", short(raw))
         return obj
@@ -117,14 +109,7 @@ class SGLangClient:
         """POST /generate without streaming; the answer's object (the first of a batch)."""
         what = "POST /generate"
         resp = self._send("POST", "/generate", timeout_s, {**payload, "stream": False})
-        try:
-            raw = resp.content
-        except requests.RequestException as exc:
-            raise ServerUnreachable(what, cause_of(exc)) from None
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            raise ServerBadBody(what, "not JSON", short(raw)) from None
+        obj, raw = _body_json(resp, what)
         if isinstance(obj, list):  # a batched answer; one prompt was sent
             obj = obj[0] if obj else {}
         if not isinstance(obj, dict):
@@ -171,6 +156,18 @@ class SGLangClient:
         finally:
             resp.close()
         raise ServerUnreachable(what, "stream ended without [DONE]")
+
+
+def _body_json(resp: requests.Response, what: str) -> tuple[Any, bytes]:
+    """The whole body of ``resp`` decoded as JSON, and the raw bytes (for messages)."""
+    try:
+        raw = resp.content
+    except requests.RequestException as exc:
+        raise ServerUnreachable(what, cause_of(exc)) from None
+    try:
+        return json.loads(raw), raw
+    except ValueError:
+        raise ServerBadBody(what, "not JSON", short(raw)) from None
 
 
 def _lines(resp: requests.Response, before_read: Callable[[], None]) -> Iterator[bytes]:
