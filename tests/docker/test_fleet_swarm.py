@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kctl.fleet.probe import Availability, Prober
+from tests.fleet.ports import free_range, get_json
 
 from .conftest import PROFILES, REPO, http_status, kctl_env
 
@@ -67,7 +68,7 @@ class Fleet:
     def __init__(self, tmp: Path, engine: DockerClient) -> None:
         self.tmp, self.engine = tmp, engine
         self.state = tmp / "state"
-        self.first = _free_range(REPLICAS + 1)
+        self.first = free_range(REPLICAS + 1)
         self.profiles = tmp / "profiles"
         self.profiles.mkdir()
         for src in PROFILES.glob("*.yaml"):
@@ -111,33 +112,8 @@ class Fleet:
         eager = profile != "baseline"  # the candidates run eager, the baseline with graphs
         for host, port in self.endpoints():
             assert http_status(port) == 200
-            info = _json(f"http://{host}:{port}/server_info")
+            info = get_json(f"http://{host}:{port}/server_info")
             assert info["port"] == port and info["disable_cuda_graph"] is eager, info
-
-
-def _json(url: str) -> dict[str, Any]:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return dict(json.loads(r.read()))
-
-
-def _free_range(n: int) -> int:
-    """A first port with ``n`` ports after it that bind, below the ephemeral range (where
-    the local ports of outgoing connections could take one between the check and the use)."""
-    import random
-    import socket
-
-    for _ in range(100):
-        first = random.randrange(21000, 29000)
-        try:
-            for i in range(n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", first + i))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no free port range")
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,10 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import pytest
 
 from kctl.fleet.probe import Availability, Prober
+from tests.fleet.ports import free_range, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "tests" / "docker" / "profiles"
@@ -48,32 +47,11 @@ class Run:
         return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
 
 
-def _free_range(n: int) -> int:
-    """A first port with ``n`` free ports after it, below the ephemeral range."""
-    import random
-
-    for _ in range(100):
-        first = random.randrange(21000, 29000)
-        try:
-            for i in range(n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", first + i))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError("no free port range")
-
-
-def _json(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return dict(json.loads(r.read()))
-
-
 class Fleet:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.state = tmp / "state"
-        self.first = _free_range(REPLICAS + 1)
+        self.first = free_range(REPLICAS + 1)
         self.profiles = tmp / "profiles"
         self.profiles.mkdir()
         for src in PROFILES.glob("*.yaml"):
@@ -124,7 +102,7 @@ class Fleet:
         assert st["serving"]["profile_name"] == profile
         eager = profile != "baseline"  # the candidates run eager, the baseline with graphs
         for host, port in self.endpoints():
-            info = _json(f"http://{host}:{port}/server_info")
+            info = get_json(f"http://{host}:{port}/server_info")
             assert info["port"] == port and info["disable_cuda_graph"] is eager, info
 
     def cleanup(self) -> None:

@@ -95,7 +95,8 @@ def test_every_command_validates(kctl: Kctl, tmp_path: Path) -> None:
 def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
     """deploy/status/history/rollback --fleet, on the simulated orchestrator."""
     from kctl.runtime.local import LocalRuntime
-    from tests.fleet.test_fleet_simulate import PROFILES, _free_range
+    from tests.fleet.ports import free_range
+    from tests.fleet.test_fleet_simulate import PROFILES
 
     for src in PROFILES.glob("*.yaml"):
         (tmp_path / src.name).write_text(
@@ -103,7 +104,7 @@ def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
         )
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        f"kind: fleet\nname: js\nreplicas: 2\nports: {{first: {_free_range(3)}}}\n"
+        f"kind: fleet\nname: js\nreplicas: 2\nports: {{first: {free_range(3)}}}\n"
         "rollout: {canary: 1, monitor_s: 1, smoke_requests: 1}\n"
     )
     f = ("--fleet", str(fleet))
