@@ -113,7 +113,9 @@ class HostBackend:
     def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
         from kctl.fleet.swarm import SwarmDriver
 
-        return SwarmDriver(fleet.name, str(state_dir), fleet.swarm.manager)
+        return SwarmDriver(
+            fleet.name, str(state_dir), fleet.swarm.manager, fleet.swarm, fleet.source
+        )
 
 
 class SimulatedBackend:

@@ -45,6 +45,8 @@ class FleetState:
     #: a rollback's fixed target; a deploy's is read from the store when the revert runs
     target: tuple[Deployment, Profile] | None = None
     images: dict[str, str | None] = field(default_factory=dict)
+    #: images every node that may run a replica holds (copied there, or built there)
+    placed: set[str] = field(default_factory=set)
     ids: dict[str, str] = field(default_factory=dict)
     changed: bool = False
     canary_probes: dict[int, tuple[int, ...]] = field(default_factory=dict)
@@ -54,6 +56,19 @@ class FleetState:
     reason: str = ""
     smoked: list[str] = field(default_factory=list)
     restored: str | None = None
+
+
+def place_images(ctx: Context, driver: FleetDriver, images: list[str | None]) -> set[str]:
+    """Every node that may run a replica holds each image (``driver.place_image``); the
+    images placed. Runs before the rollout changes anything: a node kctl cannot reach is
+    refused there, not found out by Swarm mid-wave."""
+    placed = set()
+    for image in dict.fromkeys(i for i in images if i):
+        copied = driver.place_image(image, ctx.reporter.progress)
+        if copied:
+            ctx.reporter.event(f"copied {image} to node(s) {', '.join(copied)}")
+        placed.add(image)
+    return placed
 
 
 class FleetExecutor:
@@ -126,9 +141,10 @@ class FleetExecutor:
         profile = self._profile(role)
         if profile.content_hash not in self.state.images:
             self.state.images[profile.content_hash] = common.image_for(self.ctx, profile)
-        launch = self.ctx.backend.launch_spec(
-            profile, self._deployment(role), self.state.images[profile.content_hash]
-        )
+        image = self.state.images[profile.content_hash]
+        if image is not None and image not in self.state.placed:
+            self.state.placed |= place_images(self.ctx, self.driver, [image])
+        launch = self.ctx.backend.launch_spec(profile, self._deployment(role), image)
         nodes = tuple(n.hostname for n in self.driver.nodes())
         return service_spec(
             self.state.fleet, profile, launch, role="canary" if canary else "main",

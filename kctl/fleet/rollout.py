@@ -28,7 +28,7 @@ from kctl.errors import (
     RevertAborted,
     UsageError,
 )
-from kctl.fleet.executor import FleetExecutor, FleetState
+from kctl.fleet.executor import FleetExecutor, FleetState, place_images
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
 
@@ -118,9 +118,13 @@ def deploy_fleet(
         images = {candidate.content_hash: common.image_for(fctx, candidate)}
         if baseline is not None:
             images[baseline.content_hash] = common.image_for(fctx, baseline)
+        if serving is not None:  # what a revert returns to must be on every node as well
+            incumbent = common.profile_of(serving)
+            images[incumbent.content_hash] = common.image_for(fctx, incumbent)
+        placed = place_images(fctx, driver, list(images.values()))
         dep = store.new_deployment(kind="deploy", profile=candidate, runtime=driver.name,
                                    parent_id=serving.id if serving else None)  # fmt: skip
-        state = FleetState(dep.id, fleet, candidate, baseline, images=images)
+        state = FleetState(dep.id, fleet, candidate, baseline, images=images, placed=placed)
         ex = FleetExecutor(fctx, store, driver, host.transaction(dep.id), state)
         plan = plan_fleet_deploy(fleet, candidate, baseline, seen)
         fctx.reporter.event(
@@ -224,10 +228,14 @@ def rollback_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
         target = store.last_known_good()
         if target is None:
             raise PreconditionFailed("the fleet has no known-good deployment to roll back to")
+        profile = common.profile_of(target)
+        image = common.image_for(fctx, profile)
+        placed = place_images(fctx, driver, [image])
         record = store.new_deployment(
             kind="rollback", profile=target.profile, runtime=driver.name, parent_id=target.id
         )
-        state = FleetState(record.id, fleet, target=(target, common.profile_of(target)))
+        state = FleetState(record.id, fleet, target=(target, profile),
+                           images={profile.content_hash: image}, placed=placed)  # fmt: skip
         ex = FleetExecutor(fctx, store, driver, host.transaction(record.id), state)
         with ex.guard:
             ex.guard.begin_revert(tolerate=0)

@@ -155,6 +155,9 @@ class SimulatedFleet:
             )
         return self.rt.logs(instance(tasks[-1]), tail) if tasks else ""
 
+    def place_image(self, image: str, progress: Callable[[str], None]) -> list[str]:
+        return []  # one node, and the simulated replicas run no image
+
 
 def _begin(svc: Service, state: str, message: str) -> None:
     svc["update"] = {"state": state, "message": message, "batch": [], "healthy_at": None}

@@ -12,6 +12,7 @@ Example (``fleets/example.yaml``)::
     swarm:
       manager: unix:///var/run/docker.sock
       node_label: kctl.fleet=kimi-k26
+      engines: {gpu-2: "ssh://root@gpu-2", gpu-3: "ssh://root@gpu-3"}
     replicas: 4
     gpus_per_replica: 8
     ports: {first: 30000}
@@ -63,6 +64,11 @@ class SwarmSpec:
     nodes: tuple[Str, ...] = ()
     #: the generic resource each GPU is advertised as (``dockerd --node-generic-resource``)
     gpu_resource: ResourceName = "NVIDIA-GPU"
+    #: each node's own Docker endpoint (hostname -> ``DOCKER_HOST`` form, e.g.
+    #: ``ssh://root@gpu-2``): kctl copies the serving images it builds there (no registry).
+    #: The node of the engine kctl builds on needs none; every other node that may run a
+    #: replica does (:mod:`kctl.fleet.images`)
+    engines: dict[Str, Str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, config=CONFIG)

@@ -9,9 +9,11 @@ own in the package: it is sent through the package's low-level ``APIClient``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kctl.errors import KctlError, RuntimeUnavailable
+from kctl.fleet import images
 from kctl.fleet.service import (
     ENV_PORT_BASE,
     LABEL_DEPLOYMENT,
@@ -21,6 +23,7 @@ from kctl.fleet.service import (
     LABEL_PROFILE_HASH,
     LABEL_ROLE,
 )
+from kctl.fleet.spec import SwarmSpec
 from kctl.fleet.view import Node, Replica, ServiceView
 from kctl.runtime.docker.engine import engine_errors
 
@@ -57,10 +60,19 @@ class SwarmDriver:
     name = "swarm"
     orchestrator = "Swarm"
 
-    def __init__(self, fleet_name: str, owner: str, manager: str | None = None) -> None:
+    def __init__(
+        self,
+        fleet_name: str,
+        owner: str,
+        manager: str | None = None,
+        swarm: SwarmSpec | None = None,
+        source: str = "",
+    ) -> None:
         self.fleet = fleet_name
         self.owner = owner
         self.manager = manager
+        self.swarm = swarm or SwarmSpec()
+        self.source = source
         self._client: DockerClient | None = None
 
     @property
@@ -110,6 +122,19 @@ class SwarmDriver:
             )
             for n in raw
         ]
+
+    def place_image(self, image: str, progress: Callable[[str], None]) -> list[str]:
+        from kctl.runtime.docker.engine import connect
+
+        with engine_errors("list nodes"):
+            raw = self.client.api.nodes()
+        nodes = images.eligible(images.nodes_of(raw), self.swarm)
+        build = connect(timeout_s=120)  # the engine kctl builds serving images on
+        try:
+            return images.place(image, build, nodes, self.swarm, images.connect_engine,
+                                progress, self.source)  # fmt: skip
+        finally:
+            build.close()
 
     # -- services ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ rollout, ``status`` and the tests read only these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -113,3 +114,7 @@ class FleetDriver(Protocol):
         """Remove the service of ``role``; False when there was none."""
 
     def logs(self, role: str, tail: int) -> str: ...
+
+    def place_image(self, image: str, progress: Callable[[str], None]) -> list[str]:
+        """Make every node that may run a replica hold ``image`` before it is rolled out
+        (UsageError, exit 2, for a node kctl cannot reach); returns the nodes copied to."""

@@ -1,11 +1,13 @@
-"""Fleet rollouts on a real Docker Swarm: the real `kctl` CLI (subprocesses) rolls the
-simulator serving image out over a 2-replica service on the engine `scripts/ci-docker.sh`
-starts, while a client sends requests to the replicas' ports the whole time.
+"""Fleet rollouts on a real two-node Docker Swarm: the real `kctl` CLI (subprocesses) rolls
+the simulator serving image out over a 2-replica service, while a client sends requests to
+the replicas' ports the whole time. The manager is the engine `scripts/ci-docker.sh` starts;
+the worker is a second dockerd on the same machine (:mod:`tests.docker.swarmnode`), which
+holds no image until kctl copies the serving images to it (the fleet file's
+``swarm.engines``).
 
 One swarm and one fleet serve the whole module (CI time): the first test establishes the
-baseline; every later test starts from it, checks that it does, and leaves the fleet on the
-baseline again, except the last (promoted). The swarm has one node: a second dockerd
-under `unshare --uts` is not set up here (see docs/fleet.md, "Limits").
+baseline, one replica on each node; every later test starts from it, checks that it does,
+and leaves the fleet on the baseline again, except the last (promoted).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kctl.fleet.probe import Availability, Prober
 from tests.fleet.ports import free_range, get_json
 
 from .conftest import PROFILES, REPO, http_status, kctl_env
+from .swarmnode import SecondNode
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -40,16 +43,30 @@ REPLICAS = 2
 MAX_FAILED = 3
 
 
+@dataclass
+class Swarm:
+    manager: DockerClient
+    worker: SecondNode
+
+    def clients(self) -> list[DockerClient]:
+        return [self.manager, *([self.worker.client] if self.worker.client else [])]
+
+
 @pytest.fixture(scope="module")
-def swarm(engine: DockerClient) -> Iterator[DockerClient]:
-    """The engine as a one-node Swarm manager (left as it was found afterwards)."""
+def swarm(engine: DockerClient) -> Iterator[Swarm]:
+    """The engine as the manager of a two-node Swarm (left as it was found afterwards)."""
     state = (engine.info().get("Swarm") or {}).get("LocalNodeState")
     created = state != "active"
     if created:
         engine.swarm.init(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377")
+    engine.swarm.reload()
+    worker = SecondNode(engine, f"kctl-node2-{os.getpid() % 100000}")
     try:
-        yield engine
+        worker.start()
+        worker.join()
+        yield Swarm(engine, worker)
     finally:
+        worker.close()
         if created:
             engine.swarm.leave(force=True)
 
@@ -65,8 +82,8 @@ class Run:
 
 
 class Fleet:
-    def __init__(self, tmp: Path, engine: DockerClient) -> None:
-        self.tmp, self.engine = tmp, engine
+    def __init__(self, tmp: Path, swarm: Swarm) -> None:
+        self.tmp, self.swarm, self.engine = tmp, swarm, swarm.manager
         self.state = tmp / "state"
         self.first = free_range(REPLICAS + 1)
         self.profiles = tmp / "profiles"
@@ -79,6 +96,7 @@ class Fleet:
         self.file.write_text(
             f"kind: fleet\nname: kt-{os.getpid() % 100000}\nreplicas: {REPLICAS}\ngpus_per_replica: 0\nports: {{first: {self.first}}}\n"
             "rollout: {canary: 1, parallelism: 1, monitor_s: 4, smoke_requests: 2}\n"
+            f"swarm: {{engines: {{{swarm.worker.hostname}: '{swarm.worker.socket}'}}}}\n"
         )
         self.owner = str((self.state / "fleets").resolve())
 
@@ -100,9 +118,9 @@ class Fleet:
     def endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", self.first + i) for i in range(REPLICAS)]
 
-    def assert_all_on(self, profile: str) -> None:
+    def assert_all_on(self, profile: str) -> dict[str, Any]:
         """Every replica runs ``profile`` (the orchestrator's spec) and the server on each
-        replica's port says it is one of that profile's (its flags)."""
+        replica's port says it is one of that profile's (its flags). Returns the status."""
         code, st = self.status()
         assert code == 0, st
         assert [r["profile"] for r in st["replicas"]] == [profile] * REPLICAS, st["replicas"]
@@ -114,22 +132,25 @@ class Fleet:
             assert http_status(port) == 200
             info = get_json(f"http://{host}:{port}/server_info")
             assert info["port"] == port and info["disable_cuda_graph"] is eager, info
+        return st
 
 
 @pytest.fixture(scope="module")
-def fleet(swarm: DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f = Fleet(tmp_path_factory.mktemp("fleet"), swarm)
     try:
         first = f.deploy("baseline")
         assert first.code == 0, first.explain()
-        f.assert_all_on("baseline")
+        # the worker held no image: kctl copied the baseline's there before creating the service
+        assert re.search(
+            rf"copied kctl/baseline:\w+ to node\(s\) {swarm.worker.hostname}", first.err
+        )
+        st = f.assert_all_on("baseline")
+        nodes = {r["node"] for r in st["replicas"]}
+        assert nodes == {swarm.manager.info()["Name"], swarm.worker.hostname}, st["replicas"]
         yield f
     finally:
-        for svc in swarm.services.list(
-            filters={"label": f"kctl.owner={f.owner}/kt-{os.getpid() % 100000}"}
-        ):
-            svc.remove()
-        for svc in swarm.services.list(filters={"label": "kctl.managed=true"}):
+        for svc in swarm.manager.services.list(filters={"label": "kctl.managed=true"}):
             if svc.attrs["Spec"]["Labels"].get("kctl.owner", "").startswith(f.owner):
                 svc.remove()
 
@@ -181,6 +202,19 @@ def _check_served(avail: Availability, what: str) -> None:
     assert avail.failed <= MAX_FAILED, avail.to_dict()
 
 
+def test_a_node_kctl_cannot_put_the_image_on_is_refused_before_any_change(fleet: Fleet) -> None:
+    other = fleet.tmp / "no-engines.yaml"
+    other.write_text(f"kind: fleet\nname: kt-none-{os.getpid() % 100000}\nreplicas: 2\n"
+                     f"ports: {{first: {fleet.first}}}\n")  # fmt: skip
+    r = fleet.run("deploy", str(fleet.profiles / "baseline.yaml"), "--fleet", str(other))
+    assert r.code == 2, r.explain()
+    worker = fleet.swarm.worker.hostname
+    assert f"node(s) {worker} may run the fleet's replicas" in r.err, r.err
+    assert f"swarm.engines: {{{worker}: ssh://root@{worker}}}" in r.err, r.err
+    assert not fleet.engine.services.list(filters={"name": f"kt-none-{os.getpid() % 100000}"})
+    fleet.assert_all_on("baseline")
+
+
 def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
@@ -205,9 +239,9 @@ def test_candidate_never_healthy_is_rolled_back(fleet: Fleet) -> None:
 
 
 def _candidate_container(f: Fleet, slot: int) -> Any:
-    for c in f.engine.containers.list(
-        filters={"label": ["kctl.role=main", "kctl.profile=candidate"]}
-    ):
+    """The candidate's container of replica ``slot``, on whichever node runs it."""
+    wanted = {"label": ["kctl.role=main", "kctl.profile=candidate"]}
+    for c in (c for engine in f.swarm.clients() for c in engine.containers.list(filters=wanted)):
         labels = c.labels
         if labels.get("kctl.owner", "").startswith(f.owner) and labels.get(
             "com.docker.swarm.task.name", ""

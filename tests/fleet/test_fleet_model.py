@@ -236,3 +236,45 @@ def test_replica_problems_name_each_mismatch() -> None:
         "replica 2 on n1 runs other flags: x",
     ]
     assert replica_problems(cand, spec, view(replica(1, **good), replica(2, **good))) == []
+
+
+def _node(id_: str, host: str, state: str = "ready", avail: str = "active", **labels: str) -> Any:
+    from kctl.fleet.images import SwarmNode
+
+    return SwarmNode(id_, host, state, avail, tuple(sorted(labels.items())))
+
+
+def test_images_go_to_every_node_that_may_run_a_replica(tmp_path: Path) -> None:
+    from kctl.fleet.images import eligible, missing_engines
+
+    fleet = load_fleet(write(
+        tmp_path,
+        "kind: fleet\nname: a\nswarm:\n  node_label: gpu=pro6000\n"
+        "  engines: {gpu-2: 'ssh://root@gpu-2'}\n",
+    ))  # fmt: skip
+    assert fleet.swarm.engines == {"gpu-2": "ssh://root@gpu-2"}
+    nodes = [
+        _node("n1", "gpu-1", gpu="pro6000"),
+        _node("n2", "gpu-2", gpu="pro6000"),
+        _node("n3", "gpu-3", gpu="pro6000"),
+        _node("n4", "gpu-4", state="down", gpu="pro6000"),
+        _node("n5", "gpu-5", avail="drain", gpu="pro6000"),
+        _node("n6", "cpu-1"),
+    ]
+    ok = eligible(nodes, fleet.swarm)
+    assert [n.hostname for n in ok] == ["gpu-1", "gpu-2", "gpu-3"]
+    # gpu-1 built the image, gpu-2 has an engine entry; gpu-3 has neither: refused with the fix
+    err = missing_engines(ok, fleet.swarm, {"n1"}, fleet.source)
+    assert err is not None and err.exit_code == 2
+    assert f"{fleet.source}: node(s) gpu-3 may run the fleet's replicas" in err.message
+    assert "swarm.engines: {gpu-3: ssh://root@gpu-3}" in (err.hint or "")
+    assert missing_engines(ok[:2], fleet.swarm, {"n1"}, fleet.source) is None
+    only = replace(fleet.swarm, nodes=("gpu-1",))
+    assert [n.hostname for n in eligible(nodes, only)] == ["gpu-1"]
+
+
+def test_an_engine_entry_must_be_an_endpoint_string(tmp_path: Path) -> None:
+    path = write(tmp_path, "kind: fleet\nname: a\nswarm: {engines: {gpu-2: 7}}\n")
+    with pytest.raises(ProfileError) as err:
+        load_fleet(path)
+    assert err.value.problems == [f"{path}: swarm.engines.gpu-2: must be a string (got 7)"]
