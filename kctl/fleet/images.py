@@ -154,12 +154,24 @@ def connect_engine(endpoint: str) -> DockerClient:
     """A node's Docker engine (RuntimeUnavailable, exit 5, when it does not answer)."""
     import docker
 
+    from kctl.runtime.docker.engine import probe_unix_socket
+
     try:
-        client = docker.DockerClient(base_url=endpoint, timeout=120)
-        client.ping()
-    except Exception as exc:  # DockerException or a transport error
+        probe_unix_socket(endpoint)  # the SDK would leak the socket of a failed unix connect
+        # ssh:// through the system's ssh client (docker's own needs paramiko, not a dependency)
+        client = docker.DockerClient(
+            base_url=endpoint, timeout=120, use_ssh_client=endpoint.startswith("ssh://")
+        )
+        try:
+            client.ping()
+        except Exception:
+            client.close()
+            raise
+    except Exception as exc:  # RuntimeUnavailable, DockerException or a transport error
+        cause = exc.__cause__ if isinstance(exc, RuntimeUnavailable) else exc
+        reason = getattr(cause, "strerror", None) or str(cause).strip().split("\n")[0]
         raise RuntimeUnavailable(
-            f"the Docker engine {endpoint} (fleet file swarm.engines) is not reachable: {exc}",
+            f"the Docker engine {endpoint} (fleet file swarm.engines) is not reachable: {reason}",
             hint="check the endpoint and that kctl's user may use it (`docker -H ENDPOINT info`)",
         ) from exc
     return client

@@ -86,7 +86,10 @@ class SwarmDriver:
                 import docker
 
                 try:
-                    self._client = docker.DockerClient(base_url=self.manager, timeout=60)
+                    self._client = docker.DockerClient(
+                        base_url=self.manager, timeout=60,
+                        use_ssh_client=self.manager.startswith("ssh://"),
+                    )  # fmt: skip
                     self._client.ping()
                 except Exception as exc:  # DockerException or a transport error: no manager
                     raise RuntimeUnavailable(

@@ -211,6 +211,12 @@ def test_a_node_kctl_cannot_put_the_image_on_is_refused_before_any_change(fleet:
     worker = fleet.swarm.worker.hostname
     assert f"node(s) {worker} may run the fleet's replicas" in r.err, r.err
     assert f"swarm.engines: {{{worker}: ssh://root@{worker}}}" in r.err, r.err
+    # an entry that points at another node's engine (the manager's) is refused too
+    manager = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    other.write_text(other.read_text() + f"swarm: {{engines: {{{worker}: '{manager}'}}}}\n")
+    r = fleet.run("deploy", str(fleet.profiles / "baseline.yaml"), "--fleet", str(other))
+    assert r.code == 2, r.explain()
+    assert f"swarm.engines.{worker} ({manager}) is not the engine of node {worker}" in r.err
     assert not fleet.engine.services.list(filters={"name": f"kt-none-{os.getpid() % 100000}"})
     fleet.assert_all_on("baseline")
 

@@ -278,3 +278,15 @@ def test_an_engine_entry_must_be_an_endpoint_string(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as err:
         load_fleet(path)
     assert err.value.problems == [f"{path}: swarm.engines.gpu-2: must be a string (got 7)"]
+
+
+def test_a_node_engine_that_does_not_answer_is_a_precondition(tmp_path: Path) -> None:
+    from kctl.errors import RuntimeUnavailable
+    from kctl.fleet.images import connect_engine
+
+    with pytest.raises(RuntimeUnavailable) as err:
+        connect_engine(f"unix://{tmp_path}/none.sock")
+    assert err.value.exit_code == 5
+    assert f"the Docker engine unix://{tmp_path}/none.sock (fleet file swarm.engines)" in str(
+        err.value
+    )

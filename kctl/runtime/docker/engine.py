@@ -23,7 +23,7 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
     """A docker client that has answered a ping; RuntimeUnavailable (exit 5) otherwise."""
     import docker  # lazy: not on the `kctl --help` path
 
-    _probe_unix_socket(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+    probe_unix_socket(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))
     except Exception as exc:  # DockerException or a requests error: both mean "no engine"
@@ -40,7 +40,7 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
     return client
 
 
-def _probe_unix_socket(host: str) -> None:
+def probe_unix_socket(host: str) -> None:
     """Fail with the OS's reason (missing socket, permission) before the SDK tries: the
     SDK leaks the socket of a failed unix connect, and its message hides the cause."""
     if not host.startswith("unix://"):
