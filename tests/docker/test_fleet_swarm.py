@@ -290,6 +290,23 @@ def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) 
     assert [h["status"] for h in hist[:2]] == ["promoted", "interrupted"], hist[:2]
 
 
+def test_sigterm_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
+    """SIGTERM is an abort, not a kill: kctl rolls the fleet back first, then exits 3."""
+    fleet.assert_all_on("baseline")
+    with Prober(fleet.endpoints()) as probe:
+        run = Watched(fleet, "candidate")
+        run.wait_for(r"rolling 2 replicas to candidate")
+        run.proc.send_signal(signal.SIGTERM)
+        r = run.finish()
+    assert r.code == 3, r.explain()
+    assert "interrupted by SIGTERM; rolling the fleet back" in r.err, r.err
+    assert "every replica back on" in r.err, r.err
+    fleet.assert_all_on("baseline")
+    _check_served(probe.result, "a rollout aborted by SIGTERM")
+    hist = json.loads(fleet.run("--json", "history", "--fleet", str(fleet.file)).out)["result"]
+    assert hist[0]["status"] == "rejected", hist[0]
+
+
 def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
