@@ -5,7 +5,7 @@ Clocks and sleeps are injected."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kctl.errors import FleetPaused, HealthFailed, KctlError
 from kctl.fleet.view import ROLLED_BACK, FleetDriver, Replica, ServiceView
@@ -14,6 +14,8 @@ from kctl.fleet.view import ROLLED_BACK, FleetDriver, Replica, ServiceView
 POLL_S = 0.5
 #: task states after which a canary (never restarted) will not serve
 DEAD_STATES = ("failed", "rejected", "shutdown", "complete", "orphaned", "remove")
+#: node states of a node the manager lost (Swarm: heartbeats stopped, or its session closed)
+LOST_STATES = ("down", "disconnected")
 
 
 class RolloutFailed(HealthFailed):
@@ -26,6 +28,8 @@ class Waiter:
     driver: FleetDriver
     monotonic: Callable[[], float]
     sleep: Callable[[float], None]
+    #: every node seen running one of the fleet's replicas while this command watched
+    seen: set[str] = field(default_factory=set)
 
     def _main(self) -> ServiceView:
         view = self.driver.service("main")
@@ -34,11 +38,18 @@ class Waiter:
                 "the fleet's service is gone (removed behind kctl's back?)",
                 hint="`kctl status --fleet FLEET` shows what runs; `kctl rollback --fleet FLEET` recreates it",
             )
+        self.seen.update(r.node for r in view.replicas if r.node)
         return view
 
     def check_nodes(self, view: ServiceView) -> None:
-        """A node that went Down pauses the rollout: not the candidate's failure."""
-        down = sorted({r.node for r in view.replicas if r.node and r.node_state == "down"})
+        """A node that went Down pauses the rollout: not the candidate's failure. Counted:
+        the nodes of the replicas now, and every node that ran one while kctl watched (the
+        orchestrator may already have moved that node's replicas off it, or be trying to)."""
+        self.seen.update(r.node for r in view.replicas if r.node)
+        lost = {r.node for r in view.replicas if r.node and r.node_state in LOST_STATES}
+        lost.update(n.hostname for n in self.driver.nodes()
+                    if n.hostname in self.seen and n.state in LOST_STATES)  # fmt: skip
+        down = sorted(lost)
         if down:
             raise FleetPaused(
                 f"rollout paused: node(s) {', '.join(down)} went Down; the replicas there are "

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -52,23 +53,20 @@ class SecondNode:
         )  # fmt: skip
         log.close()
         end = time.monotonic() + 60
-        while not Path(self.socket.removeprefix("unix://")).exists():
+        while not self._answers():  # a killed engine leaves its socket file behind
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"the second node's dockerd did not start:\n{self.log()}")
             time.sleep(0.3)
-        while True:
-            client = docker.DockerClient(base_url=self.socket, timeout=60)
+        self.client = docker.DockerClient(base_url=self.socket, timeout=60)
+        self.client.ping()
+
+    def _answers(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             try:
-                client.ping()
-                self.client = client
-                return
-            except Exception:
-                client.close()
-                if self.proc.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError(
-                        f"the second node's dockerd did not answer:\n{self.log()}"
-                    ) from None
-                time.sleep(0.3)
+                sock.connect(self.socket.removeprefix("unix://"))
+            except OSError:
+                return False
+        return True
 
     def join(self) -> None:
         assert self.client is not None

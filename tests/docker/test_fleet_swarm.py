@@ -82,7 +82,7 @@ class Run:
 
 
 class Fleet:
-    def __init__(self, tmp: Path, swarm: Swarm) -> None:
+    def __init__(self, tmp: Path, swarm: Swarm, name: str = "kt", nodes: str = "") -> None:
         self.tmp, self.swarm, self.engine = tmp, swarm, swarm.manager
         self.state = tmp / "state"
         self.first = free_range(REPLICAS + 1)
@@ -94,9 +94,9 @@ class Fleet:
             (self.profiles / src.name).write_text(text)
         self.file = tmp / "fleet.yaml"
         self.file.write_text(
-            f"kind: fleet\nname: kt-{os.getpid() % 100000}\nreplicas: {REPLICAS}\ngpus_per_replica: 0\nports: {{first: {self.first}}}\n"
+            f"kind: fleet\nname: {name}-{os.getpid() % 100000}\nreplicas: {REPLICAS}\ngpus_per_replica: 0\nports: {{first: {self.first}}}\n"
             "rollout: {canary: 1, parallelism: 1, monitor_s: 4, smoke_requests: 2}\n"
-            f"swarm: {{engines: {{{swarm.worker.hostname}: '{swarm.worker.socket}'}}}}\n"
+            f"swarm: {{engines: {{{swarm.worker.hostname}: '{swarm.worker.socket}'}}{nodes}}}\n"
         )
         self.owner = str((self.state / "fleets").resolve())
 
@@ -150,9 +150,7 @@ def fleet(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         assert nodes == {swarm.manager.info()["Name"], swarm.worker.hostname}, st["replicas"]
         yield f
     finally:
-        for svc in swarm.manager.services.list(filters={"label": "kctl.managed=true"}):
-            if svc.attrs["Spec"]["Labels"].get("kctl.owner", "").startswith(f.owner):
-                svc.remove()
+        _remove_services(f)
 
 
 class Watched:
@@ -315,3 +313,52 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
     fleet.assert_all_on("candidate")
     _check_served(probe.result, "a promoted rollout")
+
+
+def _remove_services(f: Fleet) -> None:
+    for svc in f.engine.services.list(filters={"label": "kctl.managed=true"}):
+        if svc.attrs["Spec"]["Labels"].get("kctl.owner", "").startswith(f.owner):
+            svc.remove()
+
+
+def test_a_node_down_mid_wave_pauses_the_rollout_then_rollback_recovers(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Runs last: it kills the worker's dockerd. A fleet placed on the worker alone (so Swarm
+    has nowhere else to move its replicas) loses the node as its waves begin: kctl pauses
+    (exit 4), rolls nothing back, and says so; the replicas keep serving (their containers
+    outlive the daemon, as on a real host). With the node back, `kctl rollback --fleet`
+    returns every replica to the known-good."""
+    _remove_services(fleet)  # the module's fleet: one of its replicas is on the worker
+    worker = fleet.swarm.worker
+    f = Fleet(tmp_path, fleet.swarm, name="kt-down", nodes=f", nodes: [{worker.hostname}]")
+    try:
+        first = f.deploy("baseline")
+        assert first.code == 0, first.explain()
+        st = f.assert_all_on("baseline")
+        assert {r["node"] for r in st["replicas"]} == {worker.hostname}, st["replicas"]
+        with Prober(f.endpoints()) as probe:
+            run = Watched(f, "candidate")
+            run.wait_for(r"rolling 2 replicas to candidate")
+            killed = time.monotonic()
+            worker.kill()
+            r = run.finish()
+        print(
+            f"kctl paused {time.monotonic() - killed:.1f} s after the worker's dockerd was killed"
+        )
+        assert r.code == 4, r.explain()
+        assert (
+            f"node(s) {worker.hostname} went Down" in r.err and "nothing was rolled back" in r.err
+        )
+        _check_served(probe.result, "a rollout paused for a node Down")
+        code, st = f.status()
+        assert code == 4 and st["interrupted"], st
+        worker.start()
+        print(f"worker Ready again {worker.wait_state('ready'):.1f} s after its restart")
+        back = f.run("rollback", "--fleet", str(f.file))
+        assert back.code == 0, back.explain()
+        f.assert_all_on("baseline")
+        hist = json.loads(f.run("--json", "history", "--fleet", str(f.file)).out)["result"]
+        assert [h["status"] for h in hist[:2]] == ["promoted", "aborted"], hist[:2]
+    finally:
+        _remove_services(f)

@@ -174,12 +174,16 @@ class Recorded:
         return ""
 
     def nodes(self) -> list[Node]:
-        return []
+        return self.node_list
+
+    node_list: list[Node] = []
 
 
-def waiter(views: list[ServiceView]) -> Waiter:
+def waiter(views: list[ServiceView], nodes: list[Node] | None = None) -> Waiter:
     clock = iter(range(1000))
-    return Waiter(Recorded(views), lambda: float(next(clock)), lambda s: None)  # type: ignore[arg-type]
+    driver = Recorded(views)
+    driver.node_list = nodes or []
+    return Waiter(driver, lambda: float(next(clock)), lambda s: None)  # type: ignore[arg-type]
 
 
 def test_waves_call_back_once_per_moved_replica_then_finish() -> None:
@@ -204,6 +208,14 @@ def test_a_swarm_rollback_fails_the_waves_and_a_node_down_pauses_them() -> None:
     down = [view(replica(1), replica(2, "d-old", state="running", node_state="down"))]
     with pytest.raises(FleetPaused, match="n1 went Down"):
         waiter(down).waves("d-new", 100, lambda r: None)
+    # the node of slot 2 was lost and Swarm is placing slot 2 elsewhere: still a pause
+    moving = [
+        view(replica(1, "d-old", node="n2"), replica(2, "d-old")),
+        view(replica(1), replica(2, state="pending", node="")),
+    ]
+    lost = [Node("n1", "ready", "active", ""), Node("n2", "down", "active", "")]
+    with pytest.raises(FleetPaused, match=r"node\(s\) n2 went Down"):
+        waiter(moving, lost).waves("d-new", 100, lambda r: None)
     stuck = [view(replica(1), replica(2, state="starting"))]
     with pytest.raises(RolloutFailed, match="did not finish within 5 s"):
         waiter(stuck).waves("d-new", 5, lambda r: None)
