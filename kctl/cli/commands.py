@@ -135,10 +135,22 @@ def bench(
 
 
 @app.command(cls=_Command)
-def plan(profile: str = typer.Argument(..., help="Profile YAML.")) -> None:
-    """Everything deploy would do (profile, argv/env, gate, image); changes nothing."""
+def plan(
+    profile: str = typer.Argument(..., help="Profile YAML."),
+    fleet: str | None = FLEET_OPTION,
+) -> None:
+    """Everything deploy would do (profile, argv/env, gate, image); changes nothing.
+
+    With --fleet: the fleet rollout's steps, its revert and the Swarm service spec."""
     from kctl.controller.plan import plan as run
     from kctl.launch import describe_release
+
+    if fleet is not None:
+        from kctl.fleet.preview import plan_fleet, plan_fleet_text
+
+        fleet_result = plan_fleet(_context(), profile, fleet)
+        _emit("plan", fleet_result, plan_fleet_text(fleet_result))
+        return
 
     result = run(_context(), profile)
     lines = [

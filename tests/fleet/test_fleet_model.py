@@ -302,3 +302,31 @@ def test_a_node_engine_that_does_not_answer_is_a_precondition(tmp_path: Path) ->
     assert f"the Docker engine unix://{tmp_path}/none.sock (fleet file swarm.engines)" in str(
         err.value
     )
+
+
+def test_plan_on_a_swarm_fleet_shows_the_service_spec_and_asks_no_one(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = write(tmp_path, "kind: fleet\nname: a\nreplicas: 3\nswarm:\n  nodes: [gpu-1, gpu-2]\n"
+                 "  engines: {gpu-2: 'ssh://root@gpu-2'}\n")  # fmt: skip
+    state = tmp_path / "state"
+    p = subprocess.run(
+        [sys.executable, "-m", "kctl", "--state-dir", str(state), "--json", "plan",
+         str(REPO / "profiles" / "kdtree-graphs.yaml"), "--fleet", path],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent"},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)["result"]
+    assert plan["orchestrator"] == "Swarm" and plan["image"].startswith("kctl/kdtree-graphs:")
+    assert (
+        plan["steps"][0] == "create the fleet's service: 3 replicas of the baseline triton-graphs"
+    )
+    assert plan["node_engines"] == {"gpu-2": "ssh://root@gpu-2"}
+    assert "swarm.nodes ['gpu-1', 'gpu-2']" in plan["placement_note"]
+    spec = plan["service_spec"]
+    assert spec["TaskTemplate"]["ContainerSpec"]["Image"] == plan["image"]
+    assert spec["Mode"]["Replicated"]["Replicas"] == 3
+    assert not state.exists()

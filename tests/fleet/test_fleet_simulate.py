@@ -234,6 +234,30 @@ def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) 
     assert [h["status"] for h in hist[:2]] == ["promoted", "interrupted"], hist[:2]
 
 
+def test_plan_shows_the_rollout_a_deploy_would_run_and_changes_nothing(fleet: Fleet) -> None:
+    before = fleet.run("--json", "history", "--fleet", str(fleet.file)).out
+    r = fleet.run(
+        "--json", "plan", str(fleet.profiles / "candidate.yaml"), "--fleet", str(fleet.file)
+    )
+    assert r.code == 0, r.explain()
+    plan = json.loads(r.out)["result"]
+    assert (plan["serving_profile"], plan["already_serving"]) == ("baseline", False)
+    assert plan["steps"][0].startswith("start the canary candidate")
+    assert "roll every replica back to baseline (Swarm's rollback of the service)" in plan["revert"]
+    spec = plan["service_spec"]
+    assert spec["Mode"]["Replicated"]["Replicas"] == REPLICAS
+    assert plan["image"] is None and plan["orchestrator"] == "the simulated orchestrator"
+    assert fleet.run("--json", "history", "--fleet", str(fleet.file)).out == before
+    # with no state: the first deploy would create the service on the baseline
+    fresh = fleet.state.parent / "plan-state"
+    r = fleet.run("--state-dir", str(fresh), "plan", str(fleet.profiles / "candidate.yaml"),
+                  "--fleet", str(fleet.file))  # fmt: skip
+    assert r.code == 0, r.explain()
+    assert "serving: nothing" in r.out
+    assert "1. create the fleet's service: 2 replicas of the baseline baseline" in r.out
+    assert not fresh.exists()
+
+
 def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:

@@ -110,6 +110,10 @@ def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
     f = ("--fleet", str(fleet))
     try:
         doc = check(
+            kctl, "plan", "plan", str(tmp_path / "candidate.yaml"), *f, schema="plan --fleet"
+        )
+        assert doc["result"]["steps"][0].startswith("create the fleet's service")
+        doc = check(
             kctl, "deploy", "deploy", str(tmp_path / "baseline.yaml"), *f, schema="deploy --fleet"
         )
         assert doc["result"]["outcome"] == "established"
