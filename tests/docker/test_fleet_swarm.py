@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kctl.fleet.probe import Availability, Prober
+from kctl.fleet.probe import Prober
+from tests.fleet.harness import Run, Watched, check_served
 from tests.fleet.ports import free_range, get_json
 
 from .conftest import PROFILES, REPO, http_status, kctl_env
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 REPLICAS = 2
-#: requests that may fail (no replica answered) in a rollout or an abort of 2 replicas
-MAX_FAILED = 3
 
 
 @dataclass
@@ -71,16 +69,6 @@ def swarm(engine: DockerClient) -> Iterator[Swarm]:
             engine.swarm.leave(force=True)
 
 
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def explain(self) -> str:
-        return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
-
-
 class Fleet:
     def __init__(self, tmp: Path, swarm: Swarm, name: str = "kt", nodes: str = "") -> None:
         self.tmp, self.swarm, self.engine = tmp, swarm, swarm.manager
@@ -107,6 +95,10 @@ class Fleet:
         p = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
                            cwd=REPO, env=kctl_env(self.tmp))  # fmt: skip
         return Run(p.returncode, p.stdout, p.stderr)
+
+    def watch_deploy(self, name: str) -> Watched:
+        return Watched(self.argv("deploy", str(self.profiles / f"{name}.yaml"), "--fleet",
+                                 str(self.file)), kctl_env(self.tmp), REPO)  # fmt: skip
 
     def deploy(self, name: str) -> Run:
         return self.run("deploy", str(self.profiles / f"{name}.yaml"), "--fleet", str(self.file))
@@ -153,53 +145,6 @@ def fleet(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         _remove_services(f)
 
 
-class Watched:
-    """A deploy running in the background; its stderr lines collected as they come."""
-
-    def __init__(self, f: Fleet, name: str) -> None:
-        self.proc = subprocess.Popen(
-            f.argv("deploy", str(f.profiles / f"{name}.yaml"), "--fleet", str(f.file)),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-            env=kctl_env(f.tmp),
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def wait_for(self, pattern: str, timeout: float = 120) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            done = self.proc.poll() is not None and not self._reader.is_alive()
-            for line in list(self.lines):
-                if re.search(pattern, line):
-                    return line
-            if done:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no line {pattern!r}; stderr:\n{''.join(self.lines)}")
-
-    def finish(self, timeout: float = 240) -> Run:
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.read()  # not communicate(): the reader thread owns stderr
-        self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        self.proc.stdout.close()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        return Run(self.proc.returncode, out, "".join(self.lines))
-
-
-def _check_served(avail: Availability, what: str) -> None:
-    print(f"availability during {what}: {avail.to_dict()}")
-    assert avail.sent > 20, avail.to_dict()
-    assert avail.failed <= MAX_FAILED, avail.to_dict()
-
-
 def test_a_node_kctl_cannot_put_the_image_on_is_refused_before_any_change(fleet: Fleet) -> None:
     other = fleet.tmp / "no-engines.yaml"
     other.write_text(f"kind: fleet\nname: kt-none-{os.getpid() % 100000}\nreplicas: 2\n"
@@ -228,7 +173,7 @@ def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet:
     # INCONCLUSIVE rather than FAIL: either is the gate rejecting it
     assert re.search(r"gate (FAIL|INCONCLUSIVE)", r.err) and "every replica back on" in r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a canary rejected by the gate")
+    check_served(probe.result, min_sent=21, what="a canary rejected by the gate")
     assert probe.result.failed == 0  # the incumbents never moved
 
 
@@ -239,7 +184,7 @@ def test_candidate_never_healthy_is_rolled_back(fleet: Fleet) -> None:
     assert r.code == 3, r.explain()
     assert "the canary failed" in r.err, r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a never-healthy candidate")
+    check_served(probe.result, min_sent=21, what="a never-healthy candidate")
 
 
 def _candidate_container(f: Fleet, slot: int) -> Any:
@@ -257,7 +202,7 @@ def _candidate_container(f: Fleet, slot: int) -> Any:
 def test_replica_killed_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
-        run = Watched(fleet, "candidate")
+        run = fleet.watch_deploy("candidate")
         line = run.wait_for(r"replica (\d) .* smoke gate passed")
         slot = int(re.search(r"replica (\d)", line).group(1))  # type: ignore[union-attr]
         _candidate_container(fleet, slot).kill()  # SIGKILL, inside Swarm's monitor window
@@ -265,13 +210,13 @@ def test_replica_killed_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
     assert r.code == 3, r.explain()
     assert "Swarm rolled the update back" in r.err, r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "an abort after a replica was killed mid-wave")
+    check_served(probe.result, min_sent=21, what="an abort after a replica was killed mid-wave")
 
 
 def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
-        run = Watched(fleet, "candidate")
+        run = fleet.watch_deploy("candidate")
         run.wait_for(r"rolling 2 replicas to candidate")
         os.kill(run.proc.pid, signal.SIGKILL)
         run.finish()
@@ -283,7 +228,9 @@ def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) 
     assert r.code == 0, r.explain()
     assert "closed interrupted rollout" in r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a rollout whose kctl was killed, then rolled back")
+    check_served(
+        probe.result, min_sent=21, what="a rollout whose kctl was killed, then rolled back"
+    )
     hist = json.loads(fleet.run("--json", "history", "--fleet", str(fleet.file)).out)["result"]
     assert [h["status"] for h in hist[:2]] == ["promoted", "interrupted"], hist[:2]
 
@@ -292,7 +239,7 @@ def test_sigterm_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
     """SIGTERM is an abort, not a kill: kctl rolls the fleet back first, then exits 3."""
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
-        run = Watched(fleet, "candidate")
+        run = fleet.watch_deploy("candidate")
         run.wait_for(r"rolling 2 replicas to candidate")
         run.proc.send_signal(signal.SIGTERM)
         r = run.finish()
@@ -300,7 +247,7 @@ def test_sigterm_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None:
     assert "interrupted by SIGTERM; rolling the fleet back" in r.err, r.err
     assert "every replica back on" in r.err, r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a rollout aborted by SIGTERM")
+    check_served(probe.result, min_sent=21, what="a rollout aborted by SIGTERM")
     hist = json.loads(fleet.run("--json", "history", "--fleet", str(fleet.file)).out)["result"]
     assert hist[0]["status"] == "rejected", hist[0]
 
@@ -312,7 +259,7 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     assert r.code == 0, r.explain()
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
     fleet.assert_all_on("candidate")
-    _check_served(probe.result, "a promoted rollout")
+    check_served(probe.result, min_sent=21, what="a promoted rollout")
 
 
 def _remove_services(f: Fleet) -> None:
@@ -338,7 +285,7 @@ def test_a_node_down_mid_wave_pauses_the_rollout_then_rollback_recovers(
         st = f.assert_all_on("baseline")
         assert {r["node"] for r in st["replicas"]} == {worker.hostname}, st["replicas"]
         with Prober(f.endpoints()) as probe:
-            run = Watched(f, "candidate")
+            run = f.watch_deploy("candidate")
             run.wait_for(r"rolling 2 replicas to candidate")
             killed = time.monotonic()
             worker.kill()
@@ -350,7 +297,7 @@ def test_a_node_down_mid_wave_pauses_the_rollout_then_rollback_recovers(
         assert (
             f"node(s) {worker.hostname} went Down" in r.err and "nothing was rolled back" in r.err
         )
-        _check_served(probe.result, "a rollout paused for a node Down")
+        check_served(probe.result, min_sent=21, what="a rollout paused for a node Down")
         code, st = f.status()
         assert code == 4 and st["interrupted"], st
         worker.start()

@@ -18,33 +18,19 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kctl.fleet.probe import Availability, Prober
+from kctl.fleet.probe import Prober
+from tests.fleet.harness import Run, Watched, check_served
 from tests.fleet.ports import free_range, get_json
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "tests" / "docker" / "profiles"
 REPLICAS = 2
-#: requests no replica answered, allowed in a rollout or an abort of 2 replicas
-MAX_FAILED = 3
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def explain(self) -> str:
-        return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
 
 
 class Fleet:
@@ -77,6 +63,10 @@ class Fleet:
         p = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
                            cwd=REPO, env={**self.env, **env})  # fmt: skip
         return Run(p.returncode, p.stdout, p.stderr)
+
+    def watch_deploy(self, name: str) -> Watched:
+        return Watched(self.argv("deploy", str(self.profiles / f"{name}.yaml"), "--fleet",
+                                 str(self.file)), self.env, REPO)  # fmt: skip
 
     def deploy(self, name: str, **env: str) -> Run:
         return self.run(
@@ -113,45 +103,6 @@ class Fleet:
             rt.stop(inst, 5)
 
 
-class Watched:
-    """A deploy running in the background; its stderr lines collected as they come."""
-
-    def __init__(self, f: Fleet, name: str) -> None:
-        self.proc = subprocess.Popen(
-            f.argv("deploy", str(f.profiles / f"{name}.yaml"), "--fleet", str(f.file)),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=f.env,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            done = self.proc.poll() is not None and not self._reader.is_alive()
-            for line in list(self.lines):
-                if re.search(pattern, line):
-                    return line
-            if done:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no line {pattern!r}; stderr:\n{''.join(self.lines)}")
-
-    def finish(self, timeout: float = 60) -> None:
-        assert self.proc.stdout is not None
-        self.proc.stdout.read()
-        self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        self.proc.stdout.close()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     f = Fleet(tmp_path_factory.mktemp("simfleet"))
@@ -165,12 +116,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         f.cleanup()
 
 
-def _check_served(avail: Availability, what: str) -> None:
-    print(f"availability during {what}: {avail.to_dict()}")
-    assert avail.sent > 10, avail.to_dict()
-    assert avail.failed <= MAX_FAILED, avail.to_dict()
-
-
 def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
@@ -178,7 +123,7 @@ def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet:
     assert r.code == 3, r.explain()
     assert re.search(r"gate (FAIL|INCONCLUSIVE)", r.err) and "every replica back on" in r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a canary rejected by the gate")
+    check_served(probe.result, min_sent=11, what="a canary rejected by the gate")
     assert probe.result.failed == 0  # the incumbents never moved
 
 
@@ -189,7 +134,7 @@ def test_candidate_never_healthy_is_rolled_back(fleet: Fleet) -> None:
     assert r.code == 3, r.explain()
     assert "the canary failed: task: non-zero exit (1)" in r.err, r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a never-healthy candidate")
+    check_served(probe.result, min_sent=11, what="a never-healthy candidate")
     assert probe.result.failed == 0
 
 
@@ -204,7 +149,7 @@ def test_a_replica_fault_mid_wave_rolls_every_replica_back(fleet: Fleet) -> None
     fleet.assert_all_on("baseline")
     code, st = fleet.status()
     assert st["service"]["update_state"] == "rollback_completed", st["service"]
-    _check_served(probe.result, "an abort after a replica's fault mid-wave")
+    check_served(probe.result, min_sent=11, what="an abort after a replica's fault mid-wave")
 
 
 def test_a_bad_fault_knob_is_refused_before_anything_changes(fleet: Fleet) -> None:
@@ -217,7 +162,7 @@ def test_a_bad_fault_knob_is_refused_before_anything_changes(fleet: Fleet) -> No
 def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) -> None:
     fleet.assert_all_on("baseline")
     with Prober(fleet.endpoints()) as probe:
-        run = Watched(fleet, "candidate")
+        run = fleet.watch_deploy("candidate")
         run.wait_for(r"rolling 2 replicas to candidate")
         os.kill(run.proc.pid, signal.SIGKILL)
         run.finish()
@@ -229,7 +174,9 @@ def test_kctl_sigkilled_mid_wave_then_status_and_rollback_recover(fleet: Fleet) 
     assert r.code == 0, r.explain()
     assert "closed interrupted rollout" in r.err
     fleet.assert_all_on("baseline")
-    _check_served(probe.result, "a rollout whose kctl was killed, then rolled back")
+    check_served(
+        probe.result, min_sent=11, what="a rollout whose kctl was killed, then rolled back"
+    )
     hist = json.loads(fleet.run("--json", "history", "--fleet", str(fleet.file)).out)["result"]
     assert [h["status"] for h in hist[:2]] == ["promoted", "interrupted"], hist[:2]
 
@@ -265,7 +212,7 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     assert r.code == 0, r.explain()
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
     fleet.assert_all_on("candidate")
-    _check_served(probe.result, "a promoted rollout")
+    check_served(probe.result, min_sent=11, what="a promoted rollout")
 
 
 def test_the_fault_knob_parses_per_profile_and_slot() -> None:
