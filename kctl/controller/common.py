@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING, Any
 from kctl.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kctl.controller.context import Context
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, LaunchSpec, Runtime
+    from kctl.store import Store
 
 
 def load(path: str) -> Profile:
@@ -189,3 +192,41 @@ def read_server_info(profile: Profile) -> tuple[dict[str, Any] | None, str | Non
             f"against {expected}; set image.sglang: '{reported}' in the profile"
         )
     return info, None
+
+
+def stored_measurement(
+    ctx: Context, store: Store, baseline: Profile, fp: str, cand: Profile
+) -> Any:
+    """The baseline's stored measurement the plan chose to reuse (GateError when it went
+    stale or was removed since)."""
+    from kctl.errors import GateError
+    from kctl.gate import Measurement
+
+    stored = store.latest_measurement(
+        baseline.content_hash, fp, max_age_s=cand.gate.policy.baseline_max_age_s, now=ctx.clock()
+    )
+    if stored is None:
+        raise GateError(f"the stored measurement of {baseline.name} is gone or too old")
+    data, created_ts = stored
+    age_min = (ctx.clock() - created_ts) / 60
+    ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
+    return Measurement.from_dict(data)
+
+
+def alive_check(runtime: Runtime, instance: Instance, phase: str) -> Callable[[], None]:
+    """A check that raises :class:`~kctl.errors.ServerExited` (with the log tail) once
+    ``instance`` no longer runs; the gate calls it between requests."""
+    from kctl.errors import KctlError, ServerExited
+    from kctl.health import LOG_TAIL_LINES
+
+    def alive() -> None:
+        state = runtime.state(instance)
+        if state.running:
+            return
+        try:
+            tail = runtime.logs(instance, tail=LOG_TAIL_LINES).rstrip("\n")
+        except KctlError:
+            tail = ""
+        raise ServerExited(instance.deployment_id, state.detail, phase=phase, log_tail=tail)
+
+    return alive

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kctl.controller import common
-from kctl.controller.executor import Executor, RevertFailed, revert_target
+from kctl.controller.executor import Executor, RevertFailed
 from kctl.controller.host import HostChange, changing_host
 from kctl.controller.maintenance import prune
 from kctl.controller.planner import Observed, Serving, plan_deploy
-from kctl.controller.recover import serving_now
+from kctl.controller.recover import revert_target, serving_now
 from kctl.controller.runstate import RunState
 from kctl.errors import (
     CandidateRejected,

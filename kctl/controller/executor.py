@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
-from kctl.controller.recover import serving_now
+from kctl.controller.recover import revert_target, serving_now
 from kctl.controller.runstate import RunState, Timer
 from kctl.controller.signals import InterruptGuard
 from kctl.controller.steps import (
@@ -38,14 +38,11 @@ from kctl.controller.steps import (
     WaitHealthy,
 )
 from kctl.errors import (
-    GateError,
     GateRejected,
     HealthFailed,
     Interrupted,
     KctlError,
-    ServerExited,
 )
-from kctl.health import LOG_TAIL_LINES
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -273,7 +270,9 @@ class Executor:
         measured = self._profile(step.role)
         fp = common.fingerprint(self.ctx, cand, measured)
         if step.source == "stored":
-            self.state.baseline_measurement = self._stored(measured, fp, cand)
+            self.state.baseline_measurement = common.stored_measurement(
+                self.ctx, self.store, measured, fp, cand
+            )
             return
         if step.role == "candidate":
             owner = self.state.txn_id
@@ -302,41 +301,14 @@ class Executor:
         else:
             self.state.measurement = meas
 
-    def _stored(self, baseline: Profile, fp: str, cand: Profile) -> Any:
-        from kctl.gate import Measurement
-
-        stored = self.store.latest_measurement(
-            baseline.content_hash,
-            fp,
-            max_age_s=cand.gate.policy.baseline_max_age_s,
-            now=self.ctx.clock(),
-        )
-        if stored is None:
-            raise GateError(f"the stored measurement of {baseline.name} is gone or too old")
-        data, created_ts = stored
-        age_min = (self.ctx.clock() - created_ts) / 60
-        self.ctx.reporter.event(f"baseline measurement reused ({age_min:.0f} min old)")
-        return Measurement.from_dict(data)
-
     def _alive_check(self, role: Role, phase: str) -> Callable[[], None]:
-        """Raises :class:`~kctl.errors.ServerExited` once the server of ``role`` (started
-        by this plan) is no longer running; checks nothing for one it did not start."""
+        """Checks nothing for a server this plan did not start (:func:`common.alive_check`)."""
         instance = self.state.instances.get(role)
-        if instance is None:
-            return lambda: None
-        runtime = self.runtime
-
-        def alive() -> None:
-            state = runtime.state(instance)
-            if state.running:
-                return
-            try:
-                tail = runtime.logs(instance, tail=LOG_TAIL_LINES).rstrip("\n")
-            except KctlError:
-                tail = ""
-            raise ServerExited(instance.deployment_id, state.detail, phase=phase, log_tail=tail)
-
-        return alive
+        return (
+            (lambda: None)
+            if instance is None
+            else common.alive_check(self.runtime, instance, phase)
+        )
 
     def _gate_progress(self, p: Any) -> None:
         self.ctx.reporter.progress(f"gate: {p}")
@@ -432,18 +404,3 @@ class Executor:
 
     def _clear_serving(self, step: ClearServing) -> None:
         self.store.set_serving(None)
-
-
-def revert_target(
-    store: Store, baseline: Profile | None, original: tuple[Deployment, Instance] | None
-) -> tuple[Deployment, Profile] | None:
-    """What a failed deploy goes back to: the verified known-good deployment of the
-    candidate's baseline; for a baseline deploy (or when that baseline was never verified)
-    whatever served before the deploy; else nothing."""
-    if baseline is not None:
-        known = store.known_good(baseline.content_hash)
-        if known is not None:
-            return known, common.profile_of(known)
-    if original is not None:
-        return original[0], common.profile_of(original[0])
-    return None

@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from kctl.controller import common
 from kctl.errors import DeploymentNotFound
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, Runtime
     from kctl.store import Store
+    from kctl.store.records import Deployment
 
 
 def serving_now(store: Store, runtime: Runtime) -> tuple[Any, Instance] | None:
@@ -108,3 +111,18 @@ def _close_record(store: Store, txn_id: str, what: str, resolver: str) -> None:
     store.update_deployment(
         txn_id, status="interrupted", exit_code=4, reason=f"{what}; reconciled by {resolver}"
     )
+
+
+def revert_target(
+    store: Store, baseline: Profile | None, original: tuple[Deployment, Instance] | None
+) -> tuple[Deployment, Profile] | None:
+    """What a failed deploy goes back to: the verified known-good deployment of the
+    candidate's baseline; for a baseline deploy (or when that baseline was never verified)
+    whatever served before the deploy; else nothing."""
+    if baseline is not None:
+        known = store.known_good(baseline.content_hash)
+        if known is not None:
+            return known, common.profile_of(known)
+    if original is not None:
+        return original[0], common.profile_of(original[0])
+    return None
