@@ -16,14 +16,8 @@ from kctl.profile.release import DEFAULT_VERSION, profile_release
 from kctl.profile.rules import MANAGED_FLAGS, Found
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import (
-    FP8_MLA_SINCE,
-    KDTREE_BACKEND,
-    Release,
-    kernel_choices,
-    reads_fp8_mla,
-    release,
-)
+from kctl.sglang.kernel_support import FP8_MLA_SINCE, KDTREE_BACKEND, kernel_choices, reads_fp8_mla
+from kctl.sglang.releases import Release, release
 
 #: the server command of a test image: its ``sglang`` shim package answers it (the shim
 #: has no ``sglang`` console script, so the release's ``sglang serve`` is not there)
@@ -106,7 +100,7 @@ def _kernel_path_problems(profile: Profile, rel: Release) -> list[Found]:
     """The kdtree kernel's startup hook serves releases without plugin entry points only:
     from 0.5.11 it declines, and the kernel is selected as ``attention_backend: kdtree``.
     An fp8 KV cache reaches the kernel only where the release's own Triton MLA path reads
-    one (:data:`~kctl.sglang.releases.FP8_MLA_SINCE`); elsewhere the kernel declines."""
+    one (:data:`~kctl.sglang.kernel_support.FP8_MLA_SINCE`); elsewhere the kernel declines."""
     server = profile.server
     found: list[Found] = []
     if server.verify_kernel != "kdtree":

@@ -29,7 +29,8 @@ from kctl.launch import launcher, server_args
 from kctl.profile.model import Profile
 from kctl.profile.release import profile_release
 from kctl.sglang.argv import check_argv
-from kctl.sglang.releases import Release, kernel_choices
+from kctl.sglang.kernel_support import kernel_choices
+from kctl.sglang.releases import Release
 
 #: the oldest Kubernetes minor the objects are written for and checked against
 MIN_VERSION = (1, 25)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from kctl.profile.release import release_problems
 from kctl.profile.rules import SIMULATOR_ENV, Found
-from kctl.sglang.releases import KDTREE_BACKEND
+from kctl.sglang.kernel_support import KDTREE_BACKEND
 
 if TYPE_CHECKING:
     from kctl.profile.model import (

@@ -28,7 +28,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kctl.sglang.releases import KDTREE_BACKEND, releases
+from kctl.sglang.kernel_support import KDTREE_BACKEND
+from kctl.sglang.releases import releases
 
 #: validation context key: set by the loader when the input is a profile file
 FILE = "kctl.profile.file"

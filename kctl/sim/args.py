@@ -122,7 +122,8 @@ def parse(argv: list[str], version: str = DEFAULT_SGLANG_VERSION) -> ServerArgs:
     release table): what that release refuses (an unknown or removed flag, a value outside
     the choices, a bad number) raises :class:`ArgsError` with its message.
     """
-    from kctl.sglang.releases import ParserError, UnknownRelease, kernel_choices, release
+    from kctl.sglang.kernel_support import kernel_choices
+    from kctl.sglang.releases import ParserError, UnknownRelease, release
 
     try:
         rel = release(version)

@@ -54,7 +54,8 @@ def active_line(sglang_version: str, path: str = "startup-hook") -> str:
 def _path_reason(backend: str, version: str) -> str | None:
     """Why the release refuses the path ``backend`` takes: the startup hook declines on
     releases with plugin entry points (0.5.11 on), as the real kernel does."""
-    from kctl.sglang.releases import kernel_choices, release
+    from kctl.sglang.kernel_support import kernel_choices
+    from kctl.sglang.releases import release
 
     if backend == "triton" and kernel_choices(release(version)):
         return (
@@ -68,7 +69,8 @@ def _kv_reason(kv_cache_dtype: str, version: str) -> str | None:
     """Why the kernel declines the KV cache: fp8 only where the release's own Triton MLA
     path reads it (as the real router decides from the release's source), nothing else
     but bf16."""
-    from kctl.sglang.releases import reads_fp8_mla, release
+    from kctl.sglang.kernel_support import reads_fp8_mla
+    from kctl.sglang.releases import release
 
     if kv_cache_dtype in FP8_KV_DTYPES:
         if reads_fp8_mla(release(version)):

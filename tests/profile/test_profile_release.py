@@ -26,14 +26,8 @@ from kctl.launch import (
 from kctl.profile import load_profile
 from kctl.profile.model import ImageSpec, Profile, ServerSpec, SpeculativeSpec
 from kctl.profile.release import image_release, tag_version
-from kctl.sglang.releases import (
-    UnknownRelease,
-    kernel_choices,
-    known_versions,
-    newest,
-    reads_fp8_mla,
-    release,
-)
+from kctl.sglang.kernel_support import kernel_choices, reads_fp8_mla
+from kctl.sglang.releases import UnknownRelease, known_versions, newest, release
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml"))

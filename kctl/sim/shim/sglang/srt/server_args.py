@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 
 import sglang
-from kctl.sglang.releases import kernel_choices, release
+from kctl.sglang.kernel_support import kernel_choices
+from kctl.sglang.releases import release
 
 
 def prepare_server_args(argv: list[str]) -> argparse.Namespace:
