@@ -5,7 +5,8 @@ hostname (Swarm keys nodes by hostname), joined to the manager as a worker on 12
 All nodes share this machine's network namespace, so replicas need distinct host ports
 (the fleet's port per slot) and Swarm's overlay network is not used (host networking).
 The node holds no image at first: kctl copies the serving images to it through its socket
-(the fleet file's ``swarm.engines``).
+(the fleet file's ``swarm.engines``). It advertises two GPUs as Swarm generic resources
+(``NVIDIA-GPU``), with no device behind them: Swarm only does the bookkeeping.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 #: where the node's engine listens; short, since the exec root holds unix sockets (108 bytes)
 ROOT_PREFIX = "/tmp/kn-"
+#: the GPUs the node advertises to Swarm (generic resources: bookkeeping, no device behind)
+GPUS = ("GPU-0", "GPU-1")
 
 
 class SecondNode:
@@ -44,7 +47,8 @@ class SecondNode:
         cmd = (
             f"hostname {self.hostname} && exec dockerd --data-root {self.root}/data "
             f"--exec-root {self.root}/exec --pidfile {self.root}/docker.pid -H {self.socket} "
-            "--bridge=none --iptables=false --ip6tables=false"
+            "--bridge=none --iptables=false --ip6tables=false "
+            + " ".join(f"--node-generic-resource NVIDIA-GPU={g}" for g in GPUS)
         )
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(

@@ -70,19 +70,27 @@ def swarm(engine: DockerClient) -> Iterator[Swarm]:
 
 
 class Fleet:
-    def __init__(self, tmp: Path, swarm: Swarm, name: str = "kt", nodes: str = "") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        swarm: Swarm,
+        name: str = "kt",
+        nodes: str = "",
+        gpus: int = 0,
+        replicas: int = REPLICAS,
+    ) -> None:
         self.tmp, self.swarm, self.engine = tmp, swarm, swarm.manager
         self.state = tmp / "state"
         self.first = free_range(REPLICAS + 1)
         self.profiles = tmp / "profiles"
-        self.profiles.mkdir()
+        self.profiles.mkdir(parents=True)
         for src in PROFILES.glob("*.yaml"):
             text = src.read_text().replace("repeats: 2", "repeats: 4")
             text = text.replace("max_extra_repeats: 2", "max_extra_repeats: 8")
             (self.profiles / src.name).write_text(text)
         self.file = tmp / "fleet.yaml"
         self.file.write_text(
-            f"kind: fleet\nname: {name}-{os.getpid() % 100000}\nreplicas: {REPLICAS}\ngpus_per_replica: 0\nports: {{first: {self.first}}}\n"
+            f"kind: fleet\nname: {name}-{os.getpid() % 100000}\nreplicas: {replicas}\ngpus_per_replica: {gpus}\nports: {{first: {self.first}}}\n"
             "rollout: {canary: 1, parallelism: 1, monitor_s: 4, smoke_requests: 2}\n"
             f"swarm: {{engines: {{{swarm.worker.hostname}: '{swarm.worker.socket}'}}{nodes}}}\n"
         )
@@ -260,6 +268,41 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
     fleet.assert_all_on("candidate")
     check_served(probe.result, min_sent=21, what="a promoted rollout")
+
+
+def test_gpus_are_reserved_per_replica_and_passed_to_each_server(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The worker advertises GPU-0 and GPU-1: two replicas of one GPU each get one each,
+    passed to the server as CUDA_VISIBLE_DEVICES; a further replica finds no GPU left and
+    the rollout fails at once with Swarm's reason."""
+    worker = fleet.swarm.worker
+    on_worker = f", nodes: [{worker.hostname}]"
+    f = Fleet(tmp_path / "two", fleet.swarm, name="kt-gpu", nodes=on_worker, gpus=1)
+    more = Fleet(tmp_path / "one", fleet.swarm, name="kt-gpu-more", nodes=on_worker, gpus=1,
+                 replicas=1)  # fmt: skip
+    try:
+        r = f.deploy("baseline")
+        assert r.code == 0, r.explain()
+        f.assert_all_on("baseline")
+        assert worker.client is not None
+        seen = []
+        for c in worker.client.containers.list(filters={"label": "kctl.role=main"}):
+            if c.labels.get("kctl.owner", "").startswith(f.owner):
+                # the server runs under the container's init: read every process's environment
+                env = c.exec_run(["sh", "-c", "cat /proc/[0-9]*/environ"]).output.decode()
+                seen += sorted({e.split("=", 1)[1] for e in env.split("\0")
+                                if e.startswith("CUDA_VISIBLE_DEVICES=")})  # fmt: skip
+        assert sorted(seen) == ["0", "1"], seen
+        r = more.deploy("baseline")
+        assert r.code == 3 and "Swarm finds no node for 1 replica(s)" in r.err, r.explain()
+        assert "insufficient resources" in r.err, r.err
+        assert not more.engine.services.list(
+            filters={"name": f"kt-gpu-more-{os.getpid() % 100000}"}
+        )
+    finally:
+        _remove_services(f)
+        _remove_services(more)
 
 
 def _remove_services(f: Fleet) -> None:
