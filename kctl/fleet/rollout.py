@@ -1,7 +1,8 @@
 """``kctl deploy PROFILE --fleet FLEET`` and ``kctl rollback --fleet FLEET``.
 
     lock (the fleet's) → reconcile interrupted rollouts → orchestrator reachable → build
-    images → plan → run: canary → gate → waves → promote; on any failure after the fleet
+    images → the images on every node that may run a replica (:mod:`kctl.fleet.images`)
+    → plan → run: canary → gate → waves → promote; on any failure after the fleet
     changed (gate, health, a Swarm rollback, an error, SIGINT/SIGTERM): the plan's revert,
     every replica back on what served, verified (exit 3), or DEGRADED (exit 4)
 
