@@ -4,6 +4,7 @@ health, and the last gate of the deployment it runs). Changes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kctl.fleet.loader import load_fleet
@@ -70,6 +71,10 @@ def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
         if view is None
         else {k: v for k, v in view.to_dict().items() if k != "replicas"},
         "replicas": replicas,
+        "nodes": [
+            {**dataclasses.asdict(n), "engine": fleet.swarm.engines.get(n.hostname)}
+            for n in driver.nodes()
+        ],
         "canary": canary.to_dict() if canary else None,
         "rollout_running": running and bool(open_txns),
         "interrupted": [t.txn for t in open_txns] if not running else [],
@@ -111,6 +116,12 @@ def status_text(report: dict[str, Any]) -> str:
         t.add_row(str(r["slot"]), node, str(r["port"]), f"{r['profile']} {r['deployment']}",
                   r["image"], health, r["last_gate"])  # fmt: skip
     lines.append(to_text(t).rstrip())
+    if len(report["nodes"]) > 1 or any(n["state"] != "ready" for n in report["nodes"]):
+        lines.append("nodes: " + ", ".join(
+            f"{n['hostname']} ({n['state']}" + ("" if n["availability"] == "active" else f", {n['availability']}")
+            + (f", engine {n['engine']})" if n["engine"] else ")")
+            for n in report["nodes"]
+        ))  # fmt: skip
     if report["canary"]:
         lines.append(f"canary: {report['canary']['profile']} ({report['canary']['deployment']})")
     if report["rollout_running"]:

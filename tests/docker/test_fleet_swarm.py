@@ -148,6 +148,8 @@ def fleet(swarm: Swarm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fl
         st = f.assert_all_on("baseline")
         nodes = {r["node"] for r in st["replicas"]}
         assert nodes == {swarm.manager.info()["Name"], swarm.worker.hostname}, st["replicas"]
+        listed = {n["hostname"]: (n["state"], n["engine"]) for n in st["nodes"]}
+        assert listed[swarm.worker.hostname] == ("ready", swarm.worker.socket), listed
         yield f
     finally:
         _remove_services(f)
