@@ -276,16 +276,21 @@ class Executor:
             return
         if step.role == "candidate":
             owner = self.state.txn_id
+            what = f"the candidate {owner}"
         else:
             assert self.state.serving is not None, "the plan measures a baseline that serves"
             owner = self.state.serving[0].id
-            if "baseline" not in self.state.instances:
-                self.ctx.reporter.event(
-                    f"measuring the running baseline {owner} before stopping it"
-                )
+            started = "baseline" in self.state.instances
+            what = (
+                f"the baseline {owner}"
+                if started
+                else f"the running baseline {owner} before stopping it"
+            )
+        workload = plan_workload(cand.gate)
+        self.ctx.reporter.event(f"measuring {what} at contexts {list(cand.gate.contexts)}")
         meas = measure(
             common.endpoint_of(measured),
-            plan_workload(cand.gate),
+            workload,
             fingerprint=fp,
             progress=self._gate_progress,
             clock=self.ctx.gate_clock(cand),

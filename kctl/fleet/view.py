@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 #: Swarm's update states that mean the service's spec went (or goes) back to the previous one
 ROLLED_BACK = ("rollback_started", "rollback_completed", "rollback_paused")
+#: Swarm's update states while it is still replacing tasks (an update or a rollback)
+IN_PROGRESS = ("updating", "rollback_started")
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,14 @@ class ServiceView:
         return [r for r in self.replicas if r.deployment == deployment and r.healthy]
 
     def settled_on(self, deployment: str) -> bool:
-        """Every desired replica runs ``deployment``, healthy, and the spec says so."""
-        return self.deployment == deployment and len(self.on(deployment)) >= self.desired_replicas
+        """Every desired replica runs ``deployment``, healthy, the spec says so, and the
+        orchestrator is done with it: no update or rollback still replacing tasks (one that
+        has not yet touched a slot, or is in its last monitor window, may still)."""
+        return (
+            self.deployment == deployment
+            and len(self.on(deployment)) >= self.desired_replicas
+            and self.update_state not in IN_PROGRESS
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

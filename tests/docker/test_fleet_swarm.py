@@ -122,7 +122,7 @@ class Fleet:
         """Every replica runs ``profile`` (the orchestrator's spec) and the server on each
         replica's port says it is one of that profile's (its flags). Returns the status."""
         code, st = self.status()
-        assert code == 0, st
+        assert code == 0, (st["problems"], st["interrupted"], st["service"], st["replicas"])
         assert [r["profile"] for r in st["replicas"]] == [profile] * REPLICAS, st["replicas"]
         assert all(r["healthy"] for r in st["replicas"]), st["replicas"]
         assert st["canary"] is None and not st["problems"]

@@ -31,7 +31,7 @@ Step = tuple[str, str, int, "Journal | None"]
 FIRST_DEPLOY: list[Step] = [
     ("recorded", r"kctl: deployment d-", 1, None),
     ("baseline-start", r"starting .*\(baseline for the gate\)", 1, ("start", 1)),
-    ("baseline-measure", r"kctl: gate: ", 1, None),
+    ("baseline-measure", r"kctl: measuring the baseline ", 1, None),
     ("baseline-stop", r"stopping .*\(replaced by the candidate\)", 1, ("stop-serving", 1)),
     ("candidate-start", r"starting .*\(candidate\)", 1, ("start", 2)),
     ("gate", r" is healthy", 2, ("gate", 1)),

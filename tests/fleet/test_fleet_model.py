@@ -330,3 +330,15 @@ def test_plan_on_a_swarm_fleet_shows_the_service_spec_and_asks_no_one(tmp_path: 
     assert spec["TaskTemplate"]["ContainerSpec"]["Image"] == plan["image"]
     assert spec["Mode"]["Replicated"]["Replicas"] == 3
     assert not state.exists()
+
+
+def test_a_fleet_is_settled_only_once_the_orchestrator_is_done_replacing_tasks() -> None:
+    """Swarm may still replace a slot after every replica looked right: an update that has
+    not touched a slot yet, or a rollback under way. The waits and the verify must not stop
+    there."""
+    both = (replica(1), replica(2))
+    assert not view(*both, update="updating").settled_on("d-new")
+    assert not view(*both, update="rollback_started").settled_on("d-new")
+    assert view(*both, update="completed").settled_on("d-new")
+    assert view(*both, update="rollback_completed").settled_on("d-new")
+    assert view(*both, update="").settled_on("d-new")  # never updated: a new service
