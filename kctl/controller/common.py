@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from kctl.controller.context import Context
+    from kctl.gate import Measurement
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, LaunchSpec, Runtime
     from kctl.store import Store
@@ -196,7 +197,7 @@ def read_server_info(profile: Profile) -> tuple[dict[str, Any] | None, str | Non
 
 def stored_measurement(
     ctx: Context, store: Store, baseline: Profile, fp: str, cand: Profile
-) -> Any:
+) -> Measurement:
     """The baseline's stored measurement the plan chose to reuse (GateError when it went
     stale or was removed since)."""
     from kctl.errors import GateError

@@ -9,15 +9,14 @@ Docker endpoint, e.g. ``ssh://root@gpu-2``), and get the image streamed to them 
 ``docker save | docker load`` does). A node that may run replicas and that kctl cannot reach is
 refused before the rollout, with the fix.
 
-:func:`eligible` and :func:`missing_engines` are pure (they read the manager's node list);
+:func:`eligible` and :func:`missing_engines` are pure (they read the driver's node list);
 :func:`place` is the only code here with side effects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kctl.errors import KctlError, RuntimeUnavailable, UsageError
 from kctl.runtime.docker.engine import engine_errors
@@ -26,35 +25,13 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
     from kctl.fleet.spec import SwarmSpec
+    from kctl.fleet.view import Node
 
 #: the images kctl builds: they exist only on the engine that built them
 LOCAL_PREFIX = "kctl/"
 
 
-@dataclass(frozen=True)
-class SwarmNode:
-    id: str
-    hostname: str
-    state: str
-    availability: str
-    labels: tuple[tuple[str, str], ...]
-
-
-def nodes_of(raw: list[dict[str, Any]]) -> list[SwarmNode]:
-    """The manager's ``GET /nodes`` answer as values."""
-    return [
-        SwarmNode(
-            id=n["ID"],
-            hostname=n["Description"]["Hostname"],
-            state=n["Status"]["State"],
-            availability=n["Spec"].get("Availability", ""),
-            labels=tuple(sorted((n["Spec"].get("Labels") or {}).items())),
-        )
-        for n in raw
-    ]
-
-
-def eligible(nodes: list[SwarmNode], swarm: SwarmSpec) -> list[SwarmNode]:
+def eligible(nodes: list[Node], swarm: SwarmSpec) -> list[Node]:
     """The nodes Swarm may place a replica on now: active, Ready, admitted by the fleet's
     node label and hostnames."""
     key, _, value = (swarm.node_label or "").partition("=")
@@ -69,7 +46,7 @@ def eligible(nodes: list[SwarmNode], swarm: SwarmSpec) -> list[SwarmNode]:
 
 
 def missing_engines(
-    nodes: list[SwarmNode], swarm: SwarmSpec, holders: set[str], source: str
+    nodes: list[Node], swarm: SwarmSpec, holders: set[str], source: str
 ) -> UsageError | None:
     """The error for eligible nodes that neither hold the image (``holders``: node ids of the
     engines that built it) nor have an engine in the fleet file; None when there are none."""
@@ -105,7 +82,7 @@ def _copy(src: DockerClient, dst: DockerClient, image: str, where: str) -> None:
 def place(
     image: str,
     src: DockerClient,
-    nodes: list[SwarmNode],
+    nodes: list[Node],
     swarm: SwarmSpec,
     connect: Callable[[str], DockerClient],
     progress: Callable[[str], None],

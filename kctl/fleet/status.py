@@ -4,7 +4,6 @@ health, and the last gate of the deployment it runs). Changes nothing."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kctl.fleet.loader import load_fleet
@@ -72,9 +71,15 @@ def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
         else {k: v for k, v in view.to_dict().items() if k != "replicas"},
         "replicas": replicas,
         "nodes": [
-            {**dataclasses.asdict(n), "engine": fleet.swarm.engines.get(n.hostname)}
+            {
+                "hostname": n.hostname,
+                "state": n.state,
+                "availability": n.availability,
+                "addr": n.addr,
+                "engine": fleet.swarm.engines.get(n.hostname),
+            }
             for n in driver.nodes()
-        ],
+        ],  # fmt: skip
         "canary": canary.to_dict() if canary else None,
         "rollout_running": running and bool(open_txns),
         "interrupted": [t.txn for t in open_txns] if not running else [],

@@ -122,6 +122,8 @@ class SwarmDriver:
                 state=n["Status"]["State"],
                 availability=n["Spec"].get("Availability", ""),
                 addr=n["Status"].get("Addr", ""),
+                id=n["ID"],
+                labels=tuple(sorted((n["Spec"].get("Labels") or {}).items())),
             )
             for n in raw
         ]
@@ -129,9 +131,7 @@ class SwarmDriver:
     def place_image(self, image: str, progress: Callable[[str], None]) -> list[str]:
         from kctl.runtime.docker.engine import connect
 
-        with engine_errors("list nodes"):
-            raw = self.client.api.nodes()
-        nodes = images.eligible(images.nodes_of(raw), self.swarm)
+        nodes = images.eligible(self.nodes(), self.swarm)
         build = connect(timeout_s=120)  # the engine kctl builds serving images on
         try:
             return images.place(image, build, nodes, self.swarm, images.connect_engine,

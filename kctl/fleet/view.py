@@ -93,6 +93,10 @@ class Node:
     state: str
     availability: str
     addr: str
+    #: the orchestrator's node id ("" where it has none)
+    id: str = ""
+    #: the node's labels, sorted (``key=value`` placement constraints match them)
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 class FleetDriver(Protocol):

@@ -43,9 +43,9 @@ class Waiter:
 
     def check_nodes(self, view: ServiceView) -> None:
         """A node that went Down pauses the rollout: not the candidate's failure. Counted:
-        the nodes of the replicas now, and every node that ran one while kctl watched (the
-        orchestrator may already have moved that node's replicas off it, or be trying to)."""
-        self.seen.update(r.node for r in view.replicas if r.node)
+        the nodes of the replicas now, and every node that ran one while kctl watched
+        (recorded by each look at the service; the orchestrator may already have moved that
+        node's replicas off it, or be trying to)."""
         lost = {r.node for r in view.replicas if r.node and r.node_state in LOST_STATES}
         lost.update(n.hostname for n in self.driver.nodes()
                     if n.hostname in self.seen and n.state in LOST_STATES)  # fmt: skip

@@ -164,8 +164,9 @@ class Recorded:
     name = "recorded"
     orchestrator = "Swarm"
 
-    def __init__(self, views: list[ServiceView]) -> None:
+    def __init__(self, views: list[ServiceView], nodes: list[Node]) -> None:
         self.views = views
+        self.node_list = nodes
 
     def service(self, role: str) -> ServiceView | None:
         return self.views.pop(0) if len(self.views) > 1 else self.views[0]
@@ -176,13 +177,10 @@ class Recorded:
     def nodes(self) -> list[Node]:
         return self.node_list
 
-    node_list: list[Node] = []
-
 
 def waiter(views: list[ServiceView], nodes: list[Node] | None = None) -> Waiter:
     clock = iter(range(1000))
-    driver = Recorded(views)
-    driver.node_list = nodes or []
+    driver = Recorded(views, nodes or [])
     return Waiter(driver, lambda: float(next(clock)), lambda s: None)  # type: ignore[arg-type]
 
 
@@ -250,10 +248,8 @@ def test_replica_problems_name_each_mismatch() -> None:
     assert replica_problems(cand, spec, view(replica(1, **good), replica(2, **good))) == []
 
 
-def _node(id_: str, host: str, state: str = "ready", avail: str = "active", **labels: str) -> Any:
-    from kctl.fleet.images import SwarmNode
-
-    return SwarmNode(id_, host, state, avail, tuple(sorted(labels.items())))
+def _node(id_: str, host: str, state: str = "ready", avail: str = "active", **labels: str) -> Node:
+    return Node(host, state, avail, "", id=id_, labels=tuple(sorted(labels.items())))
 
 
 def test_images_go_to_every_node_that_may_run_a_replica(tmp_path: Path) -> None:
