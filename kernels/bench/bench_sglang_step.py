@@ -16,11 +16,17 @@ Modes:
 * ``kdtree_graph``  the patched backend captured in one CUDA graph of all layers;
 * ``sglang_graph``  SGLang's Triton path in a CUDA graph (today's known-good serving mode).
 
-The floor is the KV bytes every step must read (layers x (prefix + draft) x 1152 B per request)
-over the device-to-device copy bandwidth measured in the same run (read + write counted).
+The floor is the KV bytes every step must read (layers x (prefix x pool row + draft x 1152 B)
+per request; a pool row is 1152 B in bf16, 576 B in fp8) over the device-to-device copy
+bandwidth measured in the same run (read + write counted).
+
+``--kv-dtype fp8_e4m3`` (or ``fp8_e5m2``) gives every layer an fp8 pool holding K divided by
+``--kv-scale``, as SGLang stores it, and layers carrying that scale; both paths then read fp8.
+That needs a release whose own Triton MLA path reads an fp8 cache (0.5.13 and later).
 
     python kernels/bench/bench_sglang_step.py --json $OUT/sglang_step.json
     python kernels/bench/bench_sglang_step.py --wheel .whl/sglang-0.5.23-*.whl  # the plugin path
+    python kernels/bench/bench_sglang_step.py --wheel .whl/sglang-0.5.23-*.whl --kv-dtype fp8_e4m3
 
 A runtime-context release (0.5.14 on) also needs ``msgspec`` (its KV-index plan imports it).
 """
@@ -45,6 +51,9 @@ sys.path.insert(0, str(REPO / "kernels"))
 from kdtree_mla.sglang import standalone  # noqa: E402
 
 SM_SCALE = 192**-0.5
+
+# --kv-dtype: SGLang's --kv-cache-dtype names -> the pool's torch dtype (None: bf16).
+KV_DTYPES = {"bf16": None, "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 
 def copy_bandwidth() -> float:
@@ -86,9 +95,13 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
 
     b, d, h, layers = args.batch, args.draft, args.heads, args.layers
     pool_size = b * (prefix + d) + 1024
-    pool = standalone.MLAPool(layers, pool_size)
+    fp8 = KV_DTYPES[args.kv_dtype]
+    pool = standalone.MLAPool(layers, pool_size, dtype=None if fp8 is None else getattr(torch, fp8))
     for buf in pool.buffers:
-        buf.normal_()
+        if fp8 is None:
+            buf.normal_()
+        else:  # SGLang stores K / k_scale in an fp8 pool
+            buf.copy_((torch.randn(buf.shape, device="cuda") / args.kv_scale).to(buf.dtype))
     runner = standalone.make_model_runner(
         pool=pool,
         num_heads=h,
@@ -118,7 +131,8 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
     q = torch.randn((b * d, h * 576), device="cuda").to(torch.bfloat16)
     k = torch.randn((b * d, 1, 576), device="cuda").to(torch.bfloat16)
     v = k[..., :512].clone()
-    layer_objs = [standalone.make_layer(i, h, SM_SCALE) for i in range(layers)]
+    kv_scale = None if fp8 is None else args.kv_scale
+    layer_objs = [standalone.make_layer(i, h, SM_SCALE, kv_scale=kv_scale) for i in range(layers)]
 
     def eager_step() -> Any:
         backend.init_forward_metadata(fb)
@@ -127,7 +141,9 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
             out = backend.forward_extend(q, k, v, layer, fb)
         return out
 
-    result: dict[str, Any] = {"context": prefix, "batch": b, "heads": h, "draft": d}
+    result: dict[str, Any] = {
+        "context": prefix, "batch": b, "heads": h, "draft": d, "kv_dtype": args.kv_dtype,
+    }  # fmt: skip
     backend.extend_attention_fwd = sglang_fwd
     o_sglang = eager_step().clone()
     result["sglang_eager_ms"] = time_step(eager_step, args.reps_sglang, 1)
@@ -191,7 +207,7 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
         del graph
     backend.extend_attention_fwd = kernel_fwd
 
-    kv_bytes = layers * b * (prefix + d) * 1152
+    kv_bytes = layers * b * (prefix * (1152 if fp8 is None else 576) + d * 1152)
     result["floor_ms"] = kv_bytes / bw * 1e3
     return result
 
@@ -209,8 +225,31 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--wheel", type=Path, default=REPO / ".whl/sglang-0.5.10-py3-none-any.whl")
+    parser.add_argument(
+        "--kv-dtype",
+        choices=list(KV_DTYPES),
+        default="bf16",
+        help="the KV cache's type, as --kv-cache-dtype names it (fp8 needs SGLang 0.5.13 or later)",
+    )
+    parser.add_argument(
+        "--kv-scale",
+        type=float,
+        default=1.0,
+        help="the layers' k_scale / v_scale with an fp8 cache (the pool holds K / scale)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    if not (args.kv_scale > 0 and args.kv_scale < float("inf")):
+        parser.error(f"--kv-scale: expected a positive finite number, got {args.kv_scale}")
+    if args.kv_dtype == "bf16" and args.kv_scale != 1.0:
+        parser.error(
+            "--kv-scale: applies to an fp8 cache only; add --kv-dtype fp8_e4m3 or fp8_e5m2"
+        )
+    if not args.wheel.is_file():
+        parser.error(
+            f"--wheel: {args.wheel} is not a file; fetch one with "
+            "`pip download --no-deps sglang==0.5.23 -d .whl` and pass its path"
+        )
 
     tree = standalone.build_tree(args.wheel, Path(tempfile.mkdtemp(prefix="sglang-")))
     sys.path.insert(0, str(tree))
@@ -239,6 +278,16 @@ def main() -> None:
         make = tb.TritonAttnBackend
         path = "startup hook (KDTREE_VERIFY=1)"
     version = args.wheel.name.split("-")[1]
+    if args.kv_dtype != "bf16":
+        from kdtree_mla.sglang.backend import reads_fp8_mla
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+        if not reads_fp8_mla(TritonAttnBackend):
+            raise SystemExit(
+                f"--kv-dtype {args.kv_dtype}: SGLang {version}'s Triton MLA path does not read "
+                "an fp8 KV cache, so neither path can be timed on it; pass --wheel with 0.5.13 "
+                "or later"
+            )
 
     bw = copy_bandwidth()
     rows = []
@@ -247,13 +296,15 @@ def main() -> None:
         torch.cuda.empty_cache()  # the previous context's 61 KV buffers are garbage now
     device = torch.cuda.get_device_name()
     report = SimpleNamespace(
-        device=device, sglang=version, path=path, copy_bandwidth_tbs=bw / 1e12, rows=rows
-    )
+        device=device, sglang=version, path=path, copy_bandwidth_tbs=bw / 1e12,
+        kv_dtype=args.kv_dtype, kv_scale=None if args.kv_dtype == "bf16" else args.kv_scale,
+        rows=rows,
+    )  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(vars(report), indent=2))
     print(f"\nSGLang {version}, {path}")
     print(f"{device}, copy bandwidth {bw / 1e12:.2f} TB/s, {args.layers} layers, "
-          f"B={args.batch} H={args.heads} D={args.draft}, median of {args.reps} ({args.reps_sglang} for SGLang)")  # fmt: skip
+          f"B={args.batch} H={args.heads} D={args.draft}, KV {args.kv_dtype}, median of {args.reps} ({args.reps_sglang} for SGLang)")  # fmt: skip
     print("| context | SGLang Triton eager | kdtree eager | kdtree graph | SGLang Triton graph "
           "| KV floor | eager speed-up | graph speed-up | rel diff |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -263,6 +314,12 @@ def main() -> None:
             f"| {r['kdtree_graph_ms']:.3f} ms | {r['sglang_graph_ms']:.3f} ms "
             f"| {r['floor_ms']:.3f} ms | {r['sglang_eager_ms'] / r['kdtree_eager_ms']:.2f}x "
             f"| {r['sglang_graph_ms'] / r['kdtree_graph_ms']:.2f}x | {r['rel_diff_vs_sglang']:.1e} |"
+        )
+    if args.kv_dtype != "bf16":
+        print(
+            "rel diff with an fp8 cache: SGLang's Triton kernel rounds q and P to the pool's fp8 "
+            "type, ~3e-2 (e4m3) / ~6e-2 (e5m2) from the fp64 result where the kernel stays "
+            "within ~2e-3 (docs/kernel.md, fp8 accuracy); the column is mostly SGLang's rounding"
         )
 
 

@@ -52,3 +52,38 @@ def test_an_unknown_kv_dtype_is_refused():
     assert r.returncode == 2
     assert "--kv-dtype" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+STEP = BENCH.with_name("bench_sglang_step.py")
+
+
+def run_step(*args):
+    return subprocess.run(
+        [sys.executable, str(STEP), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_step_bench_offers_an_fp8_cache():
+    r = run_step("--help")
+    assert r.returncode == 0, r.stderr
+    for opt in ("--kv-dtype", "--kv-scale", "--wheel", "--json"):
+        assert opt in r.stdout
+    for name in ("bf16", "fp8_e4m3", "fp8_e5m2"):
+        assert name in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--kv-dtype", "fp4"), "--kv-dtype"),
+        (("--kv-scale", "2"), "--kv-scale: applies to an fp8 cache only"),
+        (("--kv-dtype", "fp8_e4m3", "--kv-scale", "0"), "--kv-scale: expected a positive finite"),
+        (("--kv-dtype", "fp8_e5m2", "--kv-scale", "nan"), "--kv-scale: expected a positive finite"),
+        (("--wheel", "/nonexistent/sglang.whl"), "--wheel: /nonexistent/sglang.whl is not a file"),
+    ],
+)
+def test_the_step_bench_refuses_bad_arguments_before_any_device_work(args, message):
+    r = run_step(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
