@@ -70,8 +70,9 @@ before anything is launched; a CUDA launch error raises ``RuntimeError``.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -103,19 +104,17 @@ MAX_BATCH_LIMIT = 4096
 
 _DEFAULT_SCALE = HEAD_DIM_QK**-0.5  # sm_scale=None, as in SGLang
 
-_EXT = None
+_EXT: Any = None  # the compiled extension, kdtree_mla._C, once imported
 
 
-def _load_ext():  # pragma: no cover - needs the compiled extension
+def _load_ext() -> Any:  # pragma: no cover - needs the compiled extension
     global _EXT
     if _EXT is None:
-        from kdtree_mla import _C  # noqa: PLC0415
-
-        _EXT = _C
+        _EXT = importlib.import_module("kdtree_mla._C")
     return _EXT
 
 
-def load():
+def load() -> Any:
     """Imports the compiled extension and returns it; raises ImportError with the reason when it
     is not built or does not load (e.g. built against another torch)."""
     try:
@@ -281,10 +280,10 @@ class VerifyWorkspace:
             "force_variant": 0,
             "split_combine": 0,
         }
-        self._trace = None
-        self._handle = None
+        self._trace: torch.Tensor | None = None
+        self._handle: Any = None  # the extension's Workspace, made on first use
 
-    def _make_handle(self):
+    def _make_handle(self) -> Any:
         h = (_EXT or _load_ext()).Workspace(
             self.partial_o,
             self.partial_lse,

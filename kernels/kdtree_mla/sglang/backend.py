@@ -73,6 +73,7 @@ def backend_class(base: type) -> type:
     Raises :class:`UnsupportedRelease` when ``base`` has neither pair of CUDA-graph hooks.
     """
     graphs = graph_hooks(name for name in dir(base) if callable(getattr(base, name, None)))
+    parent: Any = base  # the release's class: its hooks are looked up at run time
     if graphs is None:
         raise UnsupportedRelease(
             "TritonAttnBackend has neither init_forward_metadata_capture/replay_cuda_graph "
@@ -80,7 +81,7 @@ def backend_class(base: type) -> type:
         )
 
     def __init__(self: Any, model_runner: Any, *args: Any, **kwargs: Any) -> None:
-        base.__init__(self, model_runner, *args, **kwargs)
+        parent.__init__(self, model_runner, *args, **kwargs)
         version = installed_version() or UNKNOWN_VERSION
         facts = runtime_facts(version, base, self)
         decided = route(facts)
@@ -99,11 +100,11 @@ def backend_class(base: type) -> type:
         )
 
     def init_forward_metadata(self: Any, forward_batch: Any) -> None:
-        base.init_forward_metadata(self, forward_batch)
+        parent.init_forward_metadata(self, forward_batch)
         _step(self, bool(forward_batch.forward_mode.is_target_verify()))
 
     def init_cuda_graph_state(self: Any, max_bs: int, *args: Any, **kwargs: Any) -> None:
-        base.init_cuda_graph_state(self, max_bs, *args, **kwargs)
+        parent.init_cuda_graph_state(self, max_bs, *args, **kwargs)
         router: patch.VerifyRouter | None = self.__dict__.get(patch.ROUTER)
         if router is not None:
             router.ensure_capacity(int(max_bs))
@@ -119,11 +120,11 @@ def backend_class(base: type) -> type:
     if graphs == "capture_replay":
 
         def init_forward_metadata_capture_cuda_graph(self: Any, *args: Any, **kw: Any) -> None:
-            base.init_forward_metadata_capture_cuda_graph(self, *args, **kw)
+            parent.init_forward_metadata_capture_cuda_graph(self, *args, **kw)
             _step(self, bool(patch._forward_mode(args, kw).is_target_verify()))
 
         def init_forward_metadata_replay_cuda_graph(self: Any, *args: Any, **kw: Any) -> None:
-            base.init_forward_metadata_replay_cuda_graph(self, *args, **kw)
+            parent.init_forward_metadata_replay_cuda_graph(self, *args, **kw)
             req_pool_indices = args[1] if len(args) > 1 else kw["req_pool_indices"]
             verify = bool(patch._forward_mode(args, kw).is_target_verify())
             _step(self, verify, len(req_pool_indices))
@@ -135,12 +136,12 @@ def backend_class(base: type) -> type:
         def init_forward_metadata_out_graph(
             self: Any, forward_batch: Any, *args: Any, **kw: Any
         ) -> None:
-            base.init_forward_metadata_out_graph(self, forward_batch, *args, **kw)
+            parent.init_forward_metadata_out_graph(self, forward_batch, *args, **kw)
             verify = bool(forward_batch.forward_mode.is_target_verify())
             _step(self, verify, int(forward_batch.batch_size))
 
         def init_forward_metadata_in_graph(self: Any, forward_batch: Any) -> None:
-            base.init_forward_metadata_in_graph(self, forward_batch)
+            parent.init_forward_metadata_in_graph(self, forward_batch)
             router: patch.VerifyRouter | None = self.__dict__.get(patch.ROUTER)
             if router is not None:
                 router.begin_step(bool(forward_batch.forward_mode.is_target_verify()))

@@ -605,9 +605,10 @@ def _compiler_disabled(router: VerifyRouter) -> Callable[..., Any]:
     try:
         import torch
 
-        disabled = torch.compiler.disable(kdtree_extend_attention_fwd)
+        disable: Any = torch.compiler.disable  # typed in some torch releases, not in others
     except (ImportError, AttributeError):
         return kdtree_extend_attention_fwd
+    disabled: Callable[..., Any] = disable(kdtree_extend_attention_fwd)
     with contextlib.suppress(AttributeError):
         disabled.router = router  # type: ignore[attr-defined]
-    return disabled  # type: ignore[no-any-return]
+    return disabled

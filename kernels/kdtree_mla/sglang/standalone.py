@@ -474,8 +474,8 @@ def verify_batch(
     req_rows: list[int],
     slots: Any,
     mask_dtype: Any = None,
-) -> SimpleNamespace:
-    """A TARGET_VERIFY forward batch, as ``EagleVerifyInput.prepare_for_verify`` leaves it.
+) -> Any:
+    """A TARGET_VERIFY forward batch (the tree's ``ForwardBatch``), as ``EagleVerifyInput.prepare_for_verify`` leaves it.
 
     ``slots`` gives each request's pool rows for its prefix and then its draft tokens
     (``slots[b]`` has ``prefix_lens[b] + D`` entries); they are written into ``req_to_token``.
