@@ -1,22 +1,4 @@
-"""The deploy lock: at most one kctl changes the serving host at a time.
-
-Two files in the state directory:
-
-- ``lock.guard`` is the lock. Its holder keeps an exclusive ``flock`` on it for as long as
-  it runs, and the kernel drops that flock when the holder exits in any way (SIGKILL too).
-  Whether the lock is held is therefore never guessed from pids: a dead holder's lock is
-  simply free.
-- ``lock`` is the holder file: JSON about the holder (pid, host, command, start time,
-  deployment id, kctl version), written atomically once the flock is held and removed
-  when it is let go. It only serves the messages. Finding one while the flock is free
-  means the kctl that wrote it died holding the lock: the lock is taken all the same, with
-  a warning that the earlier run did not finish (``kctl status`` then shows what it left).
-
-A holder file from another host is never taken over (a state directory on a network
-filesystem may not carry that host's flock here), nor an unreadable one: both wait for
-``kctl lock release --force``. A live holder cannot be forced out at all: the lock is free
-the moment it exits.
-"""
+"""The :class:`DeployLock` of a state directory: taking, inspecting and releasing it."""
 
 from __future__ import annotations
 
@@ -28,8 +10,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +25,7 @@ from tenacity import (
 
 from kctl import __version__
 from kctl.errors import LockHeld, StoreError
+from kctl.lock.holder import LockInfo, alive, dead, iso_utc, takeover_warning
 
 LOCK_NAME = "lock"
 GUARD_NAME = "lock.guard"
@@ -53,74 +35,6 @@ BUSY_WAIT_S = 0.5
 HOLDER_WAIT_S = 2.0
 
 Clock = Callable[[], float]
-
-
-def format_age(seconds: float) -> str:
-    """``45s``, ``3m12s``, ``2h05m``, ``1d03h``."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def _iso_utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, owned by another user
-    return pid > 0
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """Who holds the deploy lock, and whether its holder died. An unreadable holder file
-    has ``readable=False`` and only ``path`` and its modification time are real."""
-
-    path: str
-    started_at: str
-    started_ts: float
-    pid: int = 0
-    host: str = "?"
-    command: str = "?"
-    deployment_id: str | None = None
-    kctl_version: str = "?"
-    #: True when it was taken on this host
-    local: bool = True
-    #: True when its holder died holding it (the flock is free; only for a local lock)
-    stale: bool = False
-    stale_reason: str | None = None
-    readable: bool = True
-
-    def age_s(self, now: float) -> float:
-        return now - self.started_ts
-
-    def describe(self, now: float) -> str:
-        """``pid 4242 on node-1 running `kctl deploy x.yaml` (deployment d-...), for 3m12s``"""
-        if not self.readable:
-            return f"an unreadable lock file {self.path}, written {format_age(self.age_s(now))} ago"
-        dep = f" (deployment {self.deployment_id})" if self.deployment_id else ""
-        return (
-            f"pid {self.pid} on {self.host} running `{self.command}`{dep}, "
-            f"for {format_age(self.age_s(now))}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_file(self) -> bytes:
-        fields = ("pid", "host", "started_at", "started_ts", "command", "deployment_id")
-        data = {k: getattr(self, k) for k in (*fields, "kctl_version")}
-        return (json.dumps(data, indent=2) + "\n").encode()
 
 
 @dataclass(frozen=True)
@@ -138,15 +52,6 @@ class HeldLock:
         info = replace(self.info, deployment_id=deployment_id)
         self.lock._write_holder(info)  # only the flock's holder writes the file
         return replace(self, info=info)
-
-
-def _takeover_warning(previous: LockInfo) -> str:
-    dep = f" (deployment {previous.deployment_id})" if previous.deployment_id else ""
-    return (
-        f"took over a stale deploy lock: {previous.stale_reason}; it was held by "
-        f"`{previous.command}`{dep} since {previous.started_at}. That kctl did not finish: "
-        "run `kctl status` to check for an interrupted deploy"
-    )
 
 
 class DeployLock:
@@ -192,7 +97,7 @@ class DeployLock:
                 kctl_version=str(data.get("kctl_version", "?")),
             )
         except (ValueError, KeyError, TypeError):
-            return LockInfo(str(self.path), _iso_utc(mtime), mtime, local=False, readable=False)
+            return LockInfo(str(self.path), iso_utc(mtime), mtime, local=False, readable=False)
         return info if info.host == self.host else replace(info, local=False)
 
     def _flock_is_held(self) -> bool:
@@ -217,7 +122,7 @@ class DeployLock:
         info = self._read_holder()
         if info is None or not info.local or self._flock_is_held():
             return info
-        return _dead(info)
+        return dead(info)
 
     # -- acquiring ------------------------------------------------------------------
 
@@ -268,7 +173,7 @@ class DeployLock:
             path=str(self.path),
             pid=os.getpid(),
             host=self.host,
-            started_at=_iso_utc(now),
+            started_at=iso_utc(now),
             started_ts=now,
             command=command,
             deployment_id=deployment_id,
@@ -277,7 +182,7 @@ class DeployLock:
         self._write_holder(info)
         if previous is None:
             return HeldLock(self, info)
-        self.last_warning = _takeover_warning(_dead(previous))
+        self.last_warning = takeover_warning(dead(previous))
         return HeldLock(self, info, takeover_warning=self.last_warning)
 
     def _holder_of_busy_lock(self) -> LockInfo | None:
@@ -285,7 +190,7 @@ class DeployLock:
         flock: until then it is missing or still the file of a holder that died."""
 
         def settled(info: LockInfo | None) -> bool:
-            return info is not None and not (info.local and info.readable and not _alive(info.pid))
+            return info is not None and not (info.local and info.readable and not alive(info.pid))
 
         retrying = Retrying(
             stop=stop_after_delay(HOLDER_WAIT_S),
@@ -371,10 +276,6 @@ class DeployLock:
 
 def _last_result(state: RetryCallState) -> Any:
     return None if state.outcome is None else state.outcome.result()
-
-
-def _dead(info: LockInfo) -> LockInfo:
-    return replace(info, stale=True, stale_reason=f"pid {info.pid} exited without releasing it")
 
 
 def _refused(info: LockInfo, now: float) -> LockHeld:
