@@ -1,107 +1,27 @@
-"""Check an SGLang server argv against the release that will run it.
-
-:func:`check_argv` reads the argv the way the release's own ``ServerArgs`` parser does
-(exact option strings, aliases, unique-prefix abbreviations when ``allow_abbrev``, the
-``--flag=value`` form, nargs) and returns one :class:`Problem` per thing that parser
-would refuse or that would quietly override what kctl manages:
-
-- ``unknown``: no such option in this release (with a close spelling as the fix);
-- ``removed``: an option of another release (when it left or arrives, and its successor);
-- ``ambiguous``: an abbreviation that matches several options;
-- ``choice`` / ``value``: a value outside the choices or not of the option's type;
-  ``missing_value`` / ``unexpected_value``: a value missing or given to a switch;
-- ``managed``: an extra argument that sets a dest kctl manages, by any spelling (alias,
-  abbreviation, the flag itself);
-- ``config``: ``--config FILE`` (or an abbreviation of it) anywhere: the file can set any
-  argument, so it is always refused;
-- ``positional``: a stray value; ``exits``: ``--help``, which prints and exits;
-- ``deprecated`` (severity ``warning``): accepted today, with the replacement as the fix.
-
-Nothing is printed; the caller renders the problems.
-"""
+"""The walk over an argv, token by token, as the release's ``ServerArgs`` parser reads it."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from kctl.sglang._rebuild import ParserError
-from kctl.sglang.releases import Option, Release, releases
-
-Severity = Literal["error", "warning"]
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One refused argument: the flag as written, what is wrong, and how to fix it."""
-
-    flag: str
-    message: str
-    fix: str
-    kind: str
-    severity: Severity = "error"
-    #: position of the offending token in the argv given to :func:`check_argv`
-    index: int | None = None
+from kctl.sglang.argv.options import (
+    Problem,
+    Resolved,
+    Severity,
+    canonical,
+    looks_like_option,
+    resolve,
+)
+from kctl.sglang.releases import Option, Release
 
 
-@dataclass(frozen=True)
-class _Resolved:
-    option: Option | None
-    how: Literal["exact", "abbreviation", "ambiguous", "unknown"]
-    matches: tuple[str, ...] = ()
+class Walker:
+    """One pass over an argv: a :class:`Problem` for each token the parser would refuse or
+    that would override a dest kctl manages; :meth:`run` returns them in argv order."""
 
-
-def resolve(release: Release, name: str) -> _Resolved:
-    """What the option string ``name`` means to the release's parser."""
-    opt = release.option(name)
-    if opt is not None:
-        return _Resolved(opt, "exact", (name,))
-    if release.allow_abbrev and name.startswith("--"):
-        matches = tuple(sorted(f for f in release.flags if f.startswith(name)))
-        if len(matches) == 1:
-            return _Resolved(release.option(matches[0]), "abbreviation", matches)
-        if matches:
-            return _Resolved(None, "ambiguous", matches)
-    return _Resolved(None, "unknown")
-
-
-def canonical(release: Release, dest: str) -> str | None:
-    """The spelling kctl would render for ``dest``: the first option string of the first
-    non-deprecated option storing into it."""
-    opts = release.by_dest(dest)
-    current = [o for o in opts if not o.deprecated] or list(opts)
-    return current[0].options[0] if current and current[0].options else None
-
-
-def managed_dests(release: Release, managed: Iterable[str]) -> set[str]:
-    """Dests from a mix of dests and option strings (``--tp-size`` is ``tp_size`` on
-    0.5.23 and ``tensor_parallel_size`` on 0.5.10)."""
-    out: set[str] = set()
-    for item in managed:
-        if item[:1] in release.prefix_chars:
-            dest = release.dest_of(item)
-            if dest is not None:
-                out.add(dest)
-        else:
-            out.add(item)
-    return out
-
-
-def _looks_like_option(release: Release, token: str) -> bool:
-    """argparse's test for an optional: a prefix char, not a negative number, no space
-    (unless it is an option string)."""
-    if len(token) < 2 or token[0] not in release.prefix_chars:
-        return False
-    if release.has(token.partition("=")[0]):
-        return True
-    return not _NEGATIVE_NUMBER.match(token) and " " not in token
-
-
-class _Walker:
     def __init__(
         self,
         release: Release,
@@ -134,7 +54,7 @@ class _Walker:
                     self.at = j
                     self._positional(self.argv[j])
                 break
-            if not _looks_like_option(self.release, token):
+            if not looks_like_option(self.release, token):
                 self._positional(token)
                 i += 1
             elif self._from_file(token):
@@ -176,7 +96,7 @@ class _Walker:
         return nxt
 
     def _skip_values(self, i: int) -> int:
-        while i < len(self.argv) and not _looks_like_option(self.release, self.argv[i]):
+        while i < len(self.argv) and not looks_like_option(self.release, self.argv[i]):
             i += 1
         return i
 
@@ -184,7 +104,7 @@ class _Walker:
         out: list[str] = []
         while i + len(out) < len(self.argv) and (limit is None or len(out) < limit):
             nxt = self.argv[i + len(out)]
-            if _looks_like_option(self.release, nxt):
+            if looks_like_option(self.release, nxt):
                 break
             out.append(nxt)
         return out
@@ -218,7 +138,7 @@ class _Walker:
             return None, i + len(values)
         return values, i + len(values)
 
-    def _check(self, found: _Resolved, name: str, values: list[str] | None, extra: bool) -> None:
+    def _check(self, found: Resolved, name: str, values: list[str] | None, extra: bool) -> None:
         opt = found.option
         assert opt is not None
         if opt.dest == "config":
@@ -242,7 +162,7 @@ class _Walker:
             self.add(
                 name,
                 f"{name} is deprecated in SGLang {self.release.version}: {opt.deprecated}",
-                _replacement(opt.deprecated) or "remove it",
+                replacement(opt.deprecated) or "remove it",
                 "deprecated",
                 "warning",
             )
@@ -256,7 +176,7 @@ class _Walker:
             "config",
         )
 
-    def _managed(self, found: _Resolved, name: str) -> None:
+    def _managed(self, found: Resolved, name: str) -> None:
         opt = found.option
         assert opt is not None
         main = self.own_spelling.get(opt.dest) or canonical(self.release, opt.dest) or name
@@ -300,7 +220,7 @@ class _Walker:
                     "choice",
                 )
 
-    def _unresolved(self, name: str, found: _Resolved) -> None:
+    def _unresolved(self, name: str, found: Resolved) -> None:
         rel = self.release
         have = [r for r in self.others if r.has(name)]
         if have:
@@ -322,7 +242,7 @@ class _Walker:
                 "unknown",
             )
 
-    def _removed(self, name: str, found: _Resolved, have: Sequence[Release]) -> None:
+    def _removed(self, name: str, found: Resolved, have: Sequence[Release]) -> None:
         rel = self.release
         older = [r for r in have if r.key < rel.key]
         when = (
@@ -345,8 +265,8 @@ class _Walker:
     def _successor(self, name: str, last: Release) -> str:
         opt = last.option(name)
         assert opt is not None
-        hint = _replacement(opt.deprecated or "")
-        if hint and _names_present(self.release, hint):
+        hint = replacement(opt.deprecated or "")
+        if hint and names_present(self.release, hint):
             return hint
         spelled = canonical(self.release, opt.dest)
         if spelled is not None:
@@ -357,7 +277,7 @@ class _Walker:
 _USE = re.compile(r"(?:use|alias for)\s+(--[\w-]+(?:[={][^\s.]*)?)", re.IGNORECASE)
 
 
-def _names_present(release: Release, hint: str) -> bool:
+def names_present(release: Release, hint: str) -> bool:
     """Whether the option a ``use --x`` hint names exists in ``release``
     (``--x-{a,b}=v`` counts when some ``--x-...`` does)."""
     m = re.search(r"--[\w-]+", hint)
@@ -369,55 +289,7 @@ def _names_present(release: Release, hint: str) -> bool:
     return release.has(name)
 
 
-def _replacement(text: str) -> str | None:
+def replacement(text: str) -> str | None:
     """``use --x`` from a deprecation message that names its replacement."""
     m = _USE.search(text)
     return f"use {m.group(1).rstrip(',;)')}" if m else None
-
-
-def check_argv(
-    release: Release,
-    argv: Sequence[str],
-    managed: Mapping[str, str] | Collection[str] = (),
-    *,
-    own: int = 0,
-    extra_choices: Mapping[str, Collection[str]] | None = None,
-    others: Sequence[Release] | None = None,
-) -> list[Problem]:
-    """Every problem with ``argv`` (the server arguments, without the launcher) for
-    ``release``.
-
-    ``managed``: the dests (or option strings) kctl sets itself, optionally mapped to the
-    fix to show (e.g. ``{"model_path": "set model.path in the profile"}``). ``own``: how
-    many leading tokens of ``argv`` kctl rendered itself; a managed dest set at or after
-    that index is a problem (``own=0``: every token is an extra argument).
-    ``extra_choices``: choices a plugin adds, by dest. ``others``: the releases that say
-    where a removed option went (default: every known release)."""
-    dests = managed_dests(release, managed)
-    fixes = dict(managed) if isinstance(managed, Mapping) else {}
-    named = {d: fixes.get(d, "") or fixes.get(canonical(release, d) or "", "") for d in dests}
-    walker = _Walker(
-        release,
-        argv,
-        named,
-        own,
-        extra_choices or {},
-        releases() if others is None else others,
-    )
-    problems = walker.run()
-    if not any(p.severity == "error" for p in problems):
-        problems += _parse_check(release, argv, extra_choices or {})
-    return problems
-
-
-def _parse_check(
-    release: Release, argv: Sequence[str], extra_choices: Mapping[str, Collection[str]]
-) -> list[Problem]:
-    """What the rebuilt parser says when the walk found nothing (required options aside:
-    a partial argv may leave out ``--model-path``)."""
-    try:
-        release.parser(extra_choices).parse_args(list(argv))
-    except ParserError as exc:
-        if "arguments are required" not in str(exc):
-            return [Problem("", f"SGLang {release.version}: {exc}", "fix the argument", "parser")]
-    return []
