@@ -385,15 +385,15 @@ def test_probe_kernel_reads_the_api_availability_probes(
     monkeypatch: pytest.MonkeyPatch, archs: list[str], supported: tuple[bool, str], expected: Any
 ) -> None:
     import kdtree_mla
-    from kdtree_mla.sglang import patch
+    from kdtree_mla.sglang import facts
 
     fake = SimpleNamespace(
         load=lambda: None, compiled_archs=lambda: archs, device_supported=lambda dev: supported
     )
     monkeypatch.setitem(sys.modules, "kdtree_mla.api", fake)
     monkeypatch.setattr(kdtree_mla, "api", fake, raising=False)
-    monkeypatch.setattr(patch, "device_arch_index", lambda gpu: 0)
-    error, got_archs = patch.probe_kernel(0)
+    monkeypatch.setattr(facts, "device_arch_index", lambda gpu: 0)
+    error, got_archs = facts.probe_kernel(0)
     if expected is None:
         assert error == supported[1]
     else:
@@ -402,7 +402,7 @@ def test_probe_kernel_reads_the_api_availability_probes(
 
 def test_probe_kernel_reports_a_missing_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     import kdtree_mla
-    from kdtree_mla.sglang import patch
+    from kdtree_mla.sglang import facts
 
     def load() -> None:
         raise ImportError("kdtree_mla._C is not available")
@@ -410,7 +410,7 @@ def test_probe_kernel_reports_a_missing_extension(monkeypatch: pytest.MonkeyPatc
     fake = SimpleNamespace(load=load)
     monkeypatch.setitem(sys.modules, "kdtree_mla.api", fake)
     monkeypatch.setattr(kdtree_mla, "api", fake, raising=False)
-    error, archs = patch.probe_kernel(None)
+    error, archs = facts.probe_kernel(None)
     assert error == "ImportError: kdtree_mla._C is not available" and archs is None
 
 

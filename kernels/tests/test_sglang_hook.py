@@ -23,7 +23,7 @@ import pytest
 KERNELS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KERNELS))  # for kdtree_mla
 
-from kdtree_mla.sglang import announce, patch, versions  # noqa: E402
+from kdtree_mla.sglang import announce, facts, patch, versions  # noqa: E402
 from kdtree_mla.sglang.loglines import ACTIVE_LINE_RE, DECLINED_LINE_RE  # noqa: E402
 
 PTH = KERNELS / "kdtree_mla_startup.pth"
@@ -377,9 +377,9 @@ def active_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore
     api = FakeApi()
     monkeypatch.setitem(sys.modules, "kdtree_mla.api", api)
     monkeypatch.setattr(kdtree_mla, "api", api, raising=False)
-    monkeypatch.setattr(patch, "probe_kernel", lambda gpu=None: (None, (90, 120)))
-    monkeypatch.setattr(patch, "device_arch", lambda runner: 90)
-    monkeypatch.setattr(patch, "_cuda_device", lambda device: device)
+    monkeypatch.setattr(facts, "probe_kernel", lambda gpu=None: (None, (90, 120)))
+    monkeypatch.setattr(facts, "device_arch", lambda runner: 90)
+    monkeypatch.setattr(facts, "cuda_device", lambda device: device)
     announce.reset_for_tests()
     layout = versions.layout_for("0.5.10")
     assert layout is not None
