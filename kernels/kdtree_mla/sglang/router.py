@@ -12,7 +12,7 @@ from kdtree_mla.sglang.eligibility import HEAD_DIM_QK, HEAD_DIM_V, call_refusal
 from kdtree_mla.sglang.releases import REFUSED_KEYWORDS, UnsupportedCall, refused_keyword
 from kdtree_mla.sglang.versions import SglangLayout
 
-logger = logging.getLogger("kdtree_mla.sglang.patch")  # the name servers' log filters know
+logger = logging.getLogger(__name__)
 
 # extend_attention_fwd's positional prefix that every supported version shares.
 COMMON_POSITIONAL = 13
