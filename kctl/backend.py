@@ -144,10 +144,17 @@ class SimulatedBackend:
     def note(self, profile: Profile | None) -> str | None:
         if profile is None:
             return "SIMULATED (rates and timings at real-time scale)"
-        return (
+        note = (
             f"SIMULATED (kctl.sim, time compressed {profile.simulator.speedup:g}x; "
             "rates and timings shown at real-time scale)"
         )
+        if profile.server.kv_cache_dtype.startswith("fp8"):
+            # the simulator's calibration holds bf16 measurements only (docs/simulator.md)
+            note += (
+                f"\nfp8 KV cache ({profile.server.kv_cache_dtype}): simulated at the bf16 "
+                "calibration's rates, baseline and candidate alike (no fp8 measurement)"
+            )
+        return note
 
     def describe(self) -> dict[str, Any]:
         return {"simulate": True}

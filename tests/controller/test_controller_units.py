@@ -344,3 +344,19 @@ def test_server_info_is_read_and_its_release_compared(
     else:
         assert info == {k: v for k, v in body.items() if k != "internal_states"}
     assert (said is None) if warning is None else (said is not None and warning in said)
+
+
+@pytest.mark.parametrize(
+    "profile, says_fp8",
+    [("profiles/kdtree-graphs-fp8.yaml", True), ("profiles/kdtree-graphs.yaml", False)],
+)
+def test_the_simulated_gate_note_says_when_fp8_runs_at_the_bf16_calibration(
+    profile: str, says_fp8: bool
+) -> None:
+    from kctl.backend import make_backend
+
+    root = Path(__file__).resolve().parents[2]
+    note = make_backend(simulate=True).note(load_profile(root / profile))
+    assert note is not None and note.startswith("SIMULATED (kctl.sim")
+    assert ("simulated at the bf16 calibration's rates" in note) is says_fp8
+    assert make_backend(simulate=False).note(load_profile(root / profile)) is None
