@@ -15,11 +15,11 @@ there is none); the target the deployment a revert or rollback restores.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
+from kctl.controller.gating import GateSteps
 from kctl.controller.recover import revert_target, serving_now
 from kctl.controller.runstate import RunState, Timer
 from kctl.controller.signals import InterruptGuard
@@ -38,7 +38,6 @@ from kctl.controller.steps import (
     WaitHealthy,
 )
 from kctl.errors import (
-    GateRejected,
     HealthFailed,
     Interrupted,
     KctlError,
@@ -80,14 +79,15 @@ class Executor:
         self.state = state
         self.timer = Timer(ctx.monotonic)
         self.guard = InterruptGuard(on_deferred=self._deferred)
+        self.gating = GateSteps(ctx, store, state, self._profile, self._alive_check)
         self._handlers: dict[type[Step], Callable[[Any], None]] = {
             StopServing: self._stop_serving,
             StopOthers: self._stop_others,
             StartServer: self._start,
             WaitHealthy: self._wait_healthy,
             RecordBaseline: self._record_baseline,
-            Measure: self._measure,
-            Gate: self._gate,
+            Measure: self.gating.measure,
+            Gate: self.gating.gate,
             Promote: self._promote,
             Restore: self._restore,
             ClearServing: self._clear_serving,
@@ -263,49 +263,6 @@ class Executor:
         self.store.set_serving(known_id)
         self.state.serving = (self.store.get_deployment(known_id), self.state.instances["baseline"])
 
-    def _measure(self, step: Measure) -> None:
-        from kctl.gate import measure, plan_workload
-
-        cand = self._profile("candidate")
-        measured = self._profile(step.role)
-        fp = common.fingerprint(self.ctx, cand, measured)
-        if step.source == "stored":
-            self.state.baseline_measurement = common.stored_measurement(
-                self.ctx, self.store, measured, fp, cand
-            )
-            return
-        if step.role == "candidate":
-            owner = self.state.txn_id
-            what = f"the candidate {owner}"
-        else:
-            assert self.state.serving is not None, "the plan measures a baseline that serves"
-            owner = self.state.serving[0].id
-            started = "baseline" in self.state.instances
-            what = (
-                f"the baseline {owner}"
-                if started
-                else f"the running baseline {owner} before stopping it"
-            )
-        workload = plan_workload(cand.gate)
-        self.ctx.reporter.event(f"measuring {what} at contexts {list(cand.gate.contexts)}")
-        meas = measure(
-            common.endpoint_of(measured),
-            workload,
-            fingerprint=fp,
-            progress=self._gate_progress,
-            clock=self.ctx.gate_clock(cand),
-            alive=self._alive_check(step.role, "measurement"),
-        )
-        self.store.save_measurement(
-            deployment_id=owner, profile_hash=measured.content_hash, fingerprint=fp,
-            data=meas.to_dict(),
-        )  # fmt: skip
-        if step.role == "baseline":
-            self.store.update_deployment(self.state.txn_id, baseline_id=owner)
-            self.state.baseline_measurement = meas
-        else:
-            self.state.measurement = meas
-
     def _alive_check(self, role: Role, phase: str) -> Callable[[], None]:
         """Checks nothing for a server this plan did not start (:func:`common.alive_check`)."""
         instance = self.state.instances.get(role)
@@ -314,46 +271,6 @@ class Executor:
             if instance is None
             else common.alive_check(self.runtime, instance, phase)
         )
-
-    def _gate_progress(self, p: Any) -> None:
-        self.ctx.reporter.progress(f"gate: {p}")
-
-    def _gate(self, step: Gate) -> None:
-        from kctl.gate import plan_workload, render_table, run_gate
-
-        cand = self._profile("candidate")
-        self.store.update_deployment(self.state.txn_id, status="gating")
-        result = run_gate(
-            common.endpoint_of(cand),
-            plan_workload(cand.gate),
-            self.state.baseline_measurement,
-            cand.gate.policy,
-            progress=self._gate_progress,
-            clock=self.ctx.gate_clock(cand),
-            alive=self._alive_check("candidate", "gate"),
-        )
-        report = self.state.health.get("candidate")
-        if report is not None:
-            # the candidate's health phases belong in the verdict's timings line; the health
-            # wait read the backend's clock, the same (real-time) scale as the gate's own
-            health = report.timings()
-            result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
-        st = self.state
-        st.gate = result.to_dict()
-        self.store.save_gate_result(st.txn_id, st.gate)
-        note = self.ctx.backend.note(cand)
-        table = render_table(result.verdict)
-        st.table = f"{note}\n{table}" if note else table
-        st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
-        promote = st.verdict == "PASS" or (
-            st.verdict == "INCONCLUSIVE" and cand.gate.policy.on_inconclusive == "promote"
-        )
-        if not promote:
-            raise GateRejected(st.verdict, st.reason, st.gate, st.table)
-        if st.verdict == "INCONCLUSIVE":
-            st.warnings.append(
-                "verdict INCONCLUSIVE; promoted because policy.on_inconclusive=promote"
-            )
 
     def _promote(self, step: Promote) -> None:
         st = self.state

@@ -1,0 +1,121 @@
+"""The measuring steps of a plan: measure a server under the gate workload (or take a stored
+baseline measurement), and gate the candidate against the baseline's; the executor runs them
+through :class:`GateSteps`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kctl.controller import common
+from kctl.controller.runstate import RunState
+from kctl.controller.steps import Gate, Measure, Role
+from kctl.errors import GateRejected
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+    from kctl.profile.model import Profile
+    from kctl.store import Store
+
+
+class GateSteps:
+    """``Measure`` and ``Gate``; ``profile`` resolves a role to its profile and ``alive``
+    gives the check that the server of a role is still up (the executor's)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        store: Store,
+        state: RunState,
+        profile: Callable[[Role], Profile],
+        alive: Callable[[Role, str], Callable[[], None]],
+    ) -> None:
+        self.ctx = ctx
+        self.store = store
+        self.state = state
+        self.profile = profile
+        self.alive = alive
+
+    def measure(self, step: Measure) -> None:
+        from kctl.gate import measure, plan_workload
+
+        cand = self.profile("candidate")
+        measured = self.profile(step.role)
+        fp = common.fingerprint(self.ctx, cand, measured)
+        if step.source == "stored":
+            self.state.baseline_measurement = common.stored_measurement(
+                self.ctx, self.store, measured, fp, cand
+            )
+            return
+        if step.role == "candidate":
+            owner = self.state.txn_id
+            what = f"the candidate {owner}"
+        else:
+            assert self.state.serving is not None, "the plan measures a baseline that serves"
+            owner = self.state.serving[0].id
+            started = "baseline" in self.state.instances
+            what = (
+                f"the baseline {owner}"
+                if started
+                else f"the running baseline {owner} before stopping it"
+            )
+        workload = plan_workload(cand.gate)
+        self.ctx.reporter.event(f"measuring {what} at contexts {list(cand.gate.contexts)}")
+        meas = measure(
+            common.endpoint_of(measured),
+            workload,
+            fingerprint=fp,
+            progress=self._progress,
+            clock=self.ctx.gate_clock(cand),
+            alive=self.alive(step.role, "measurement"),
+        )
+        self.store.save_measurement(
+            deployment_id=owner, profile_hash=measured.content_hash, fingerprint=fp,
+            data=meas.to_dict(),
+        )  # fmt: skip
+        if step.role == "baseline":
+            self.store.update_deployment(self.state.txn_id, baseline_id=owner)
+            self.state.baseline_measurement = meas
+        else:
+            self.state.measurement = meas
+
+    def _progress(self, p: Any) -> None:
+        self.ctx.reporter.progress(f"gate: {p}")
+
+    def gate(self, step: Gate) -> None:
+        from kctl.gate import plan_workload, render_table, run_gate
+
+        cand = self.profile("candidate")
+        self.store.update_deployment(self.state.txn_id, status="gating")
+        result = run_gate(
+            common.endpoint_of(cand),
+            plan_workload(cand.gate),
+            self.state.baseline_measurement,
+            cand.gate.policy,
+            progress=self._progress,
+            clock=self.ctx.gate_clock(cand),
+            alive=self.alive("candidate", "gate"),
+        )
+        report = self.state.health.get("candidate")
+        if report is not None:
+            # the candidate's health phases belong in the verdict's timings line; the health
+            # wait read the backend's clock, the same (real-time) scale as the gate's own
+            health = report.timings()
+            result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
+        st = self.state
+        st.gate = result.to_dict()
+        self.store.save_gate_result(st.txn_id, st.gate)
+        note = self.ctx.backend.note(cand)
+        table = render_table(result.verdict)
+        st.table = f"{note}\n{table}" if note else table
+        st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
+        promote = st.verdict == "PASS" or (
+            st.verdict == "INCONCLUSIVE" and cand.gate.policy.on_inconclusive == "promote"
+        )
+        if not promote:
+            raise GateRejected(st.verdict, st.reason, st.gate, st.table)
+        if st.verdict == "INCONCLUSIVE":
+            st.warnings.append(
+                "verdict INCONCLUSIVE; promoted because policy.on_inconclusive=promote"
+            )
