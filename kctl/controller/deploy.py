@@ -38,6 +38,7 @@ from kctl.errors import (
     RevertAborted,
     ServerExited,
 )
+from kctl.profile.compare import gate_mismatches
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -108,6 +109,9 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
                 serving=dep.id,
                 warnings=host.warnings,
             )
+        if baseline is not None:
+            for line in gate_mismatches(candidate, baseline, "its baseline"):
+                host.warn(line)
         try:
             target = revert_target(host.store, baseline, serving)
             if target is not None:

@@ -14,6 +14,7 @@ from kctl.controller.deploy import observe
 from kctl.controller.planner import Observed, plan_deploy
 from kctl.errors import RuntimeUnavailable
 from kctl.launch import argv_warnings, release_info
+from kctl.profile.compare import gate_mismatches
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -54,7 +55,10 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "runtime": kind,
         **ctx.backend.describe(),
         "sglang": release_info(candidate),
-        "warnings": argv_warnings(candidate),
+        "warnings": [
+            *argv_warnings(candidate),
+            *(gate_mismatches(candidate, baseline, "its baseline") if baseline else []),
+        ],
         "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
         "gate": {
             "contexts": list(candidate.gate.contexts),

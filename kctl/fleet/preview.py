@@ -13,6 +13,7 @@ from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy
 from kctl.fleet.service import Placement, service_spec
 from kctl.launch import argv_warnings, release_info
+from kctl.profile.compare import gate_mismatches
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -25,7 +26,7 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
     candidate, baseline = common.load_pair(profile_path)
     fleet = load_fleet(fleet_path)
     state = ctx.state_dir / "fleets" / fleet.name
-    seen, serving_id = Observed(None), None
+    seen, serving_id, mismatches = Observed(None), None, []
     if (state / "kctl.db").is_file():
         store = dataclasses.replace(ctx, state_dir=state, _runtimes={}).open_store(read_only=True)
         try:
@@ -35,6 +36,8 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
         if serving is not None:
             seen = Observed(serving.profile_name, serving.profile_hash)
             serving_id = serving.id
+            incumbent = common.profile_of(serving)
+            mismatches = gate_mismatches(candidate, incumbent, "the incumbent")
     steps = plan_fleet_deploy(fleet, candidate, baseline, seen)
     # under --simulate the replicas run the simulator locally: no image is built
     built = ctx.runtime_kind(candidate) == "docker"
@@ -59,7 +62,7 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
         #: a deploy of the profile that serves does nothing without --force
         "already_serving": seen.serving_hash == candidate.content_hash,
         "sglang": release_info(candidate),
-        "warnings": argv_warnings(candidate),
+        "warnings": [*argv_warnings(candidate), *mismatches],
         "image": image,
         "preconditions": [
             "the fleet's lock",

@@ -32,6 +32,7 @@ from kctl.errors import (
 from kctl.fleet.executor import FleetExecutor, FleetState, place_images
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
+from kctl.profile.compare import gate_mismatches
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -122,6 +123,8 @@ def deploy_fleet(
         if serving is not None:  # what a revert returns to must be on every node as well
             incumbent = common.profile_of(serving)
             images[incumbent.content_hash] = common.image_for(fctx, incumbent)
+            for line in gate_mismatches(candidate, incumbent, "the incumbent"):
+                host.warn(line)
         placed = place_images(fctx, driver, list(images.values()))
         dep = store.new_deployment(kind="deploy", profile=candidate, runtime=driver.name,
                                    parent_id=serving.id if serving else None)  # fmt: skip

@@ -195,6 +195,15 @@ def test_plan_shows_the_rollout_a_deploy_would_run_and_changes_nothing(fleet: Fl
     assert spec["Mode"]["Replicated"]["Replicas"] == REPLICAS
     assert plan["image"] is None and plan["orchestrator"] == "the simulated orchestrator"
     assert fleet.run("--json", "history", "--fleet", str(fleet.file)).out == before
+    assert not [w for w in plan["warnings"] if w.startswith("server.kv_cache_dtype")]
+    # a candidate with another KV cache than the incumbent: the canary gate judges both
+    fp8 = fleet.profiles / "baseline-fp8.yaml"
+    fp8.write_text("extends: baseline.yaml\nserver:\n  kv_cache_dtype: fp8_e4m3\n")
+    r = fleet.run("--json", "plan", str(fp8), "--fleet", str(fleet.file))
+    assert r.code == 0, r.explain()
+    warned = json.loads(r.out)["result"]["warnings"]
+    assert any("keeps its KV cache in fp8_e4m3 and the incumbent baseline in bf16" in w
+               for w in warned), warned  # fmt: skip
     # with no state: the first deploy would create the service on the baseline
     fresh = fleet.state.parent / "plan-state"
     r = fleet.run("--state-dir", str(fresh), "plan", str(fleet.profiles / "candidate.yaml"),
