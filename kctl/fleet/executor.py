@@ -236,7 +236,8 @@ class FleetExecutor:
         )  # fmt: skip
         st.gate = result.to_dict()
         self.store.save_gate_result(st.txn_id, st.gate)
-        st.table = render_table(result.verdict)
+        note, table = self.ctx.backend.note(cand), render_table(result.verdict)
+        st.table = f"{note}\n{table}" if note else table
         st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
         st.canary_probes = {o.index: o.output_ids for o in result.canary.probes if o.error is None}
         if not gates.promotes(cand, result.verdict):

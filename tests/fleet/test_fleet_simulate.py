@@ -220,6 +220,7 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
         r = fleet.deploy("candidate")
     assert r.code == 0, r.explain()
     assert "PROMOTED" in r.out and r.err.count("smoke gate passed") == REPLICAS
+    assert "SIMULATED (kctl.sim, time compressed" in r.out  # the canary gate's table says so
     fleet.assert_all_on("candidate")
     check_served(probe.result, min_sent=11, what="a promoted rollout")
 
