@@ -10,6 +10,7 @@ from kctl.errors import KctlError, ServerBadStatus, ServerUnreachable, UsageErro
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.profile.model import Profile
     from kctl.store import Store
 
 
@@ -255,9 +256,20 @@ def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
         "timings": gate_dep.timings,
     }
     table, rows = _table_from(data)
-    note = ctx.backend.note(None)
+    note = ctx.backend.note(_profile_or_none(gate_dep))
     report.last_gate_table = f"{note}\n{table}" if table and note else table
     report.last_gate_rows = rows
+
+
+def _profile_or_none(deployment: Any) -> Profile | None:
+    """The profile a deployment ran, None when its stored record cannot be read back (the
+    table is then shown without what the profile would add to its note)."""
+    from kctl.controller.common import profile_of
+
+    try:
+        return profile_of(deployment)
+    except (KctlError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _state(ctx: Context, inst: Any) -> Any:

@@ -360,3 +360,22 @@ def test_the_simulated_gate_note_says_when_fp8_runs_at_the_bf16_calibration(
     assert note is not None and note.startswith("SIMULATED (kctl.sim")
     assert ("simulated at the bf16 calibration's rates" in note) is says_fp8
     assert make_backend(simulate=False).note(load_profile(root / profile)) is None
+
+
+def test_status_notes_the_last_gate_with_its_own_profile() -> None:
+    """`kctl status` puts the note of the gated deployment's stored profile above the table
+    (the fp8 line for an fp8 cache), and the plain note when the record is unreadable."""
+    from types import SimpleNamespace
+
+    from kctl.backend import make_backend
+    from kctl.controller.status import _profile_or_none
+    from kctl.store.records import profile_record
+
+    root = Path(__file__).resolve().parents[2]
+    stored = profile_record(load_profile(root / "profiles" / "kdtree-graphs-fp8.yaml"))
+    profile = _profile_or_none(SimpleNamespace(profile=stored))
+    assert profile is not None and profile.server.kv_cache_dtype == "fp8_e4m3"
+    note = make_backend(simulate=True).note(profile)
+    assert note is not None and "fp8 KV cache (fp8_e4m3)" in note
+    for unreadable in ({"name": "x"}, None, "not a profile"):
+        assert _profile_or_none(SimpleNamespace(profile=unreadable)) is None
