@@ -97,6 +97,7 @@ class Executor:
 
     def run_steps(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
+            self.guard.check()  # a signal whose exception a finalizer swallowed
             if step.changes_host:
                 self.state.changed = True
             self.state.failed_step = step

@@ -9,6 +9,13 @@ the abort and leaves the journal open for ``kctl rollback``. A revert that a fai
 started (a rejected gate, an unhealthy candidate) tolerates one: a service manager's single
 SIGTERM lets it finish with the baseline serving, and only a second one aborts it.
 A rollback tolerates none.
+
+An exception raised by a signal handler is lost when the signal lands while Python runs a
+finalizer (a garbage-collected connection pool closing its sockets, say): Python prints
+"Exception ignored in ..." and goes on. So the guard also keeps what it received: a signal
+whose :class:`~kctl.errors.Interrupted` never reached the executor is raised again at the
+next step boundary (:meth:`InterruptGuard.check`), and a revert that begins after any signal
+counts as one a signal started.
 """
 
 from __future__ import annotations
@@ -37,13 +44,22 @@ class InterruptGuard:
         self.reverting = False
         self.tolerate = 0
         self.received: list[str] = []
+        #: a signal that interrupted outside a revert, until the revert begins
+        self.pending: str | None = None
         self.on_deferred = on_deferred
         self._previous: dict[int, Any] = {}
 
     def begin_revert(self, *, tolerate: int) -> None:
-        """From now on signals abort the revert, after ``tolerate`` of them."""
+        """From now on signals abort the revert, after ``tolerate`` of them; after none when a
+        signal already came (its exception may have been lost in a finalizer)."""
         self.reverting = True
-        self.tolerate = tolerate
+        self.tolerate = 0 if self.received else tolerate
+        self.pending = None
+
+    def check(self) -> None:
+        """Raise the :class:`Interrupted` of a signal whose exception was lost, if any."""
+        if self.pending is not None and not self.reverting:
+            raise Interrupted(self.pending)
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
@@ -60,6 +76,7 @@ class InterruptGuard:
         name = signal.Signals(signum).name
         self.received.append(name)
         if not self.reverting:
+            self.pending = name
             raise Interrupted(name)
         if self.tolerate > 0:
             self.tolerate -= 1

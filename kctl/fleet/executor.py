@@ -94,6 +94,7 @@ class FleetExecutor:
 
     def run_steps(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
+            self.guard.check()  # a signal whose exception a finalizer swallowed
             if step.changes_host:
                 self.state.changed = True
             with self.txn.step(step), self.timer.phase(step.name):

@@ -234,6 +234,38 @@ def test_a_revert_tolerates_the_signals_it_was_told_to() -> None:
     assert second.value.exit_code == 4
 
 
+def test_a_signal_whose_exception_a_finalizer_swallowed_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signal landing while Python runs a finalizer: the handler's Interrupted is printed
+    as "Exception ignored" and dropped. The guard raises it again at the next step boundary,
+    and a revert that begins afterwards (a failure's) counts as one a signal started."""
+    import gc
+    import sys
+
+    swallowed: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_value))
+
+    class Pool:  # a connection pool closing its sockets when collected
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGTERM)
+
+    guard = InterruptGuard()
+    with guard:
+        Pool()  # collected at once: the signal lands in its finalizer
+        gc.collect()
+        assert [type(e) for e in swallowed] == [Interrupted]
+        assert guard.received == ["SIGTERM"] and guard.pending == "SIGTERM"
+        with pytest.raises(Interrupted) as again:
+            guard.check()  # what the executor does before each step
+        assert again.value.signal_name == "SIGTERM"
+        guard.begin_revert(tolerate=1)  # say the gate failed before any step boundary
+        assert guard.tolerate == 0 and guard.pending is None
+        guard.check()  # nothing pending once the revert has begun
+        with pytest.raises(RevertAborted):
+            signal.raise_signal(signal.SIGTERM)
+
+
 def test_every_exception_kctl_defines_is_a_kctl_error() -> None:
     import importlib
     import inspect
