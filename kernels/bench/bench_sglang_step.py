@@ -48,12 +48,10 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "kernels"))
 
+from kdtree_mla.inputs import KV_DTYPES  # noqa: E402
 from kdtree_mla.sglang import standalone  # noqa: E402
 
 SM_SCALE = 192**-0.5
-
-# --kv-dtype: SGLang's --kv-cache-dtype names -> the pool's torch dtype (None: bf16).
-KV_DTYPES = {"bf16": None, "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
 
 def copy_bandwidth() -> float:
@@ -96,7 +94,7 @@ def bench_context(make: Any, prefix: int, args: argparse.Namespace, bw: float) -
     b, d, h, layers = args.batch, args.draft, args.heads, args.layers
     pool_size = b * (prefix + d) + 1024
     fp8 = KV_DTYPES[args.kv_dtype]
-    pool = standalone.MLAPool(layers, pool_size, dtype=None if fp8 is None else getattr(torch, fp8))
+    pool = standalone.MLAPool(layers, pool_size, dtype=fp8)
     for buf in pool.buffers:
         if fp8 is None:
             buf.normal_()

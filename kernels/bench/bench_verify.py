@@ -38,11 +38,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from kdtree_mla import api  # noqa: E402
-from kdtree_mla.inputs import make_inputs  # noqa: E402
+from kdtree_mla.inputs import KV_DTYPES, make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
-
-# --kv-dtype: the KV pool's element type (SGLang's --kv-cache-dtype names).
-KV_DTYPES = {"bf16": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 DEFAULT_CASES = [
     # B, H, D, prefix[, "sorted": pool rows in order instead of a random permutation]

@@ -17,7 +17,15 @@ from .ref import (
     verify_attention_ref,
 )
 
-__all__ = ["VerifyInputs", "make_inputs"]
+__all__ = ["KV_DTYPES", "VerifyInputs", "make_inputs"]
+
+#: KV pool element types by SGLang's --kv-cache-dtype names (None: bf16), for the benchmarks'
+#: --kv-dtype; an fp8 pool is ``make_inputs(kv_dtype=...)``'s
+KV_DTYPES: dict[str, torch.dtype | None] = {
+    "bf16": None,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
 
 
 @dataclass

@@ -12,9 +12,9 @@ pytest.importorskip("torch", reason="bench_verify.py imports torch (pip install 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench" / "bench_verify.py"
 
 
-def run(*args):
+def run(*args, script=BENCH):
     return subprocess.run(
-        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -57,14 +57,8 @@ def test_an_unknown_kv_dtype_is_refused():
 STEP = BENCH.with_name("bench_sglang_step.py")
 
 
-def run_step(*args):
-    return subprocess.run(
-        [sys.executable, str(STEP), *args], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_the_step_bench_offers_an_fp8_cache():
-    r = run_step("--help")
+    r = run("--help", script=STEP)
     assert r.returncode == 0, r.stderr
     for opt in ("--kv-dtype", "--kv-scale", "--wheel", "--json"):
         assert opt in r.stdout
@@ -83,7 +77,7 @@ def test_the_step_bench_offers_an_fp8_cache():
     ],
 )
 def test_the_step_bench_refuses_bad_arguments_before_any_device_work(args, message):
-    r = run_step(*args)
+    r = run(*args, script=STEP)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
     assert "Traceback" not in r.stderr
