@@ -53,7 +53,7 @@ class Backend(Protocol):
         """What a stored measurement must have been taken on to be comparable."""
 
     def note(self, profile: Profile | None) -> str | None:
-        """A line to print above a gate table, or None."""
+        """Lines to print above a gate table, or None (:func:`noted` puts them there)."""
 
     def describe(self) -> dict[str, Any]:
         """The backend's fields in ``kctl plan``'s result."""
@@ -63,6 +63,12 @@ class Backend(Protocol):
 
     def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
         """The orchestrator a fleet runs on; ``state_dir`` is the fleet's own."""
+
+
+def noted(backend: Backend, profile: Profile | None, table: str) -> str:
+    """A gate table with the backend's note for ``profile`` above it, when it has one."""
+    note = backend.note(profile)
+    return f"{note}\n{table}" if note else table
 
 
 def gpu_description() -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kctl.backend import noted
 from kctl.controller import common
 from kctl.controller.host import changing_host
 from kctl.controller.recover import serving_now
@@ -113,9 +114,7 @@ def bench(
                 )
                 verdict = judge(base_meas, meas, gate_profile.gate.policy, correctness)
                 result.compared_with = base.name
-                note = ctx.backend.note(serving_profile)
-                table = render_table(verdict)
-                result.table = f"{note}\n{table}" if note else table
+                result.table = noted(ctx.backend, serving_profile, render_table(verdict))
                 result.verdict = verdict.to_dict()
             else:
                 result.warnings.append(

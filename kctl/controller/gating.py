@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kctl.backend import noted
 from kctl.controller import common
 from kctl.controller.runstate import RunState
 from kctl.controller.steps import Gate, Measure, Role
@@ -106,9 +107,7 @@ class GateSteps:
         st = self.state
         st.gate = result.to_dict()
         self.store.save_gate_result(st.txn_id, st.gate)
-        note = self.ctx.backend.note(cand)
-        table = render_table(result.verdict)
-        st.table = f"{note}\n{table}" if note else table
+        st.table = noted(self.ctx.backend, cand, render_table(result.verdict))
         st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
         promote = st.verdict == "PASS" or (
             st.verdict == "INCONCLUSIVE" and cand.gate.policy.on_inconclusive == "promote"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kctl.backend import noted
 from kctl.errors import KctlError, ServerBadStatus, ServerUnreachable, UsageError
 
 if TYPE_CHECKING:
@@ -256,8 +257,8 @@ def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
         "timings": gate_dep.timings,
     }
     table, rows = _table_from(data)
-    note = ctx.backend.note(_profile_or_none(gate_dep))
-    report.last_gate_table = f"{note}\n{table}" if table and note else table
+    if table is not None:
+        report.last_gate_table = noted(ctx.backend, _profile_or_none(gate_dep), table)
     report.last_gate_rows = rows
 
 

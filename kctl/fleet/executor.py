@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kctl.backend import noted
 from kctl.controller import common
 from kctl.controller.runstate import Timer
 from kctl.controller.signals import InterruptGuard
@@ -237,8 +238,7 @@ class FleetExecutor:
         )  # fmt: skip
         st.gate = result.to_dict()
         self.store.save_gate_result(st.txn_id, st.gate)
-        note, table = self.ctx.backend.note(cand), render_table(result.verdict)
-        st.table = f"{note}\n{table}" if note else table
+        st.table = noted(self.ctx.backend, cand, render_table(result.verdict))
         st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
         st.canary_probes = {o.index: o.output_ids for o in result.canary.probes if o.error is None}
         if not gates.promotes(cand, result.verdict):
