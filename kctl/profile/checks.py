@@ -24,9 +24,11 @@ if TYPE_CHECKING:
         SpeculativeSpec,
     )
 
+#: the spellings of the model's own (bf16) KV cache for these models
+BF16_KV_DTYPES = ("auto", "bf16", "bfloat16")
 #: the KV cache dtypes the kdtree kernel reads (fp8 only on releases whose own Triton MLA
 #: path reads fp8: :func:`kctl.launch.argv_problems` checks that per release)
-KERNEL_KV_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")
+KERNEL_KV_DTYPES: tuple[str, ...] = (*BF16_KV_DTYPES, "fp8_e4m3", "fp8_e5m2")
 
 
 def image_problems(image: ImageSpec) -> list[Found]:

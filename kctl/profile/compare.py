@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kctl.profile.checks import BF16_KV_DTYPES
+
 if TYPE_CHECKING:
     from kctl.profile.model import Profile
-
-#: --kv-cache-dtype spellings of the model's own (bf16) cache for these models
-_BF16 = ("auto", "bf16", "bfloat16")
 
 
 def kv_cache(profile: Profile) -> str:
     """The profile's KV cache type, ``bf16`` for every spelling of the model's own."""
     dtype = profile.server.kv_cache_dtype
-    return "bf16" if dtype in _BF16 else dtype
+    return "bf16" if dtype in BF16_KV_DTYPES else dtype
 
 
 def gate_mismatches(candidate: Profile, reference: Profile, role: str) -> list[str]:
