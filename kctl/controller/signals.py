@@ -44,8 +44,6 @@ class InterruptGuard:
         self.reverting = False
         self.tolerate = 0
         self.received: list[str] = []
-        #: a signal that interrupted outside a revert, until the revert begins
-        self.pending: str | None = None
         self.on_deferred = on_deferred
         self._previous: dict[int, Any] = {}
 
@@ -54,11 +52,16 @@ class InterruptGuard:
         signal already came (its exception may have been lost in a finalizer)."""
         self.reverting = True
         self.tolerate = 0 if self.received else tolerate
-        self.pending = None
+
+    @property
+    def pending(self) -> str | None:
+        """The signal that interrupted outside a revert, until the revert begins: once its
+        Interrupted has reached the executor, a revert has begun (or the command ended)."""
+        return self.received[-1] if self.received and not self.reverting else None
 
     def check(self) -> None:
         """Raise the :class:`Interrupted` of a signal whose exception was lost, if any."""
-        if self.pending is not None and not self.reverting:
+        if self.pending is not None:
             raise Interrupted(self.pending)
 
     def __enter__(self) -> InterruptGuard:
@@ -76,7 +79,6 @@ class InterruptGuard:
         name = signal.Signals(signum).name
         self.received.append(name)
         if not self.reverting:
-            self.pending = name
             raise Interrupted(name)
         if self.tolerate > 0:
             self.tolerate -= 1
