@@ -296,10 +296,21 @@ def gc(
 
 
 @app.command(cls=_Command)
-def stop(yes: bool = flag("--yes", help="Confirm taking the service down.")) -> None:
-    """Stop what serves (`kctl rollback` brings the known-good back)."""
+def stop(
+    yes: bool = flag("--yes", help="Confirm taking the service down."),
+    fleet: str | None = FLEET_OPTION,
+) -> None:
+    """Stop what serves (`kctl rollback` brings the known-good back).
+
+    With --fleet: every replica of the fleet (its services removed)."""
     from kctl.controller.maintenance import stop as run
 
+    if fleet is not None:
+        from kctl.fleet.stop import stop_fleet, stop_text
+
+        fleet_result = stop_fleet(_context(), fleet, yes=yes)
+        _emit("stop", fleet_result, stop_text(fleet_result, fleet))
+        return
     result = run(_context(), yes=yes)
     _emit(
         "stop",

@@ -225,6 +225,34 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
     check_served(probe.result, min_sent=11, what="a promoted rollout")
 
 
+def test_stop_takes_every_replica_down_and_rollback_brings_the_known_good_back(
+    fleet: Fleet,
+) -> None:
+    code, before = fleet.status()
+    assert code == 0 and before["serving"] is not None, before
+    serving = before["serving"]["profile_name"]
+    refused = fleet.run("stop", "--fleet", str(fleet.file))  # no --yes: nothing touched
+    assert refused.code == 2 and "pass --yes to confirm" in refused.err, refused.explain()
+    fleet.assert_all_on(serving)
+    r = fleet.run("--json", "stop", "--fleet", str(fleet.file), "--yes")
+    assert r.code == 0, r.explain()
+    result = json.loads(r.out)["result"]
+    assert result["removed"] == [fleet.name] and result["driver"] == "simulated", result
+    assert sorted(s["port"] for s in result["stopped"]) == [p for _, p in fleet.endpoints()]
+    assert result["known_good"] == before["serving"]["id"]
+    code, st = fleet.status()
+    assert code == 0 and st["service"] is None and st["replicas"] == [], st
+    assert st["serving"] is None and not st["problems"], st
+    for host, port in fleet.endpoints():  # the replicas' processes are gone
+        with pytest.raises(OSError):
+            get_json(f"http://{host}:{port}/health")
+    again = fleet.run("stop", "--fleet", str(fleet.file), "--yes")
+    assert again.code == 0 and "nothing ran; nothing to stop" in again.out, again.explain()
+    back = fleet.run("rollback", "--fleet", str(fleet.file))
+    assert back.code == 0, back.explain()
+    fleet.assert_all_on(serving)
+
+
 def test_the_fault_knob_parses_per_profile_and_slot() -> None:
     from kctl.errors import UsageError
     from kctl.fleet.simstate import parse_faults

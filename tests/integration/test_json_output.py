@@ -131,6 +131,8 @@ def test_every_fleet_command_validates(kctl: Kctl, tmp_path: Path) -> None:
         assert st["driver"] == "simulated" and len(st["replicas"]) == 2, st
         check(kctl, "history", "history", *f, schema="history --fleet")
         check(kctl, "rollback", "rollback", *f, schema="rollback --fleet")
+        doc = check(kctl, "stop", "stop", *f, "--yes", schema="stop --fleet")
+        assert len(doc["result"]["stopped"]) == 2 and doc["result"]["removed"] == ["js"], doc
     finally:
         rt = LocalRuntime(kctl.state / "simulate" / "fleets" / "js" / "orchestrator")
         for inst in rt.running():

@@ -1,0 +1,104 @@
+"""``kctl stop --fleet FLEET --yes``: take every replica of the fleet down.
+
+    lock (the fleet's) → reconcile interrupted rollouts → orchestrator reachable → remove
+    the canary service, then the main service (each step journalled before it acts) →
+    nothing recorded serving
+
+As on one host, the known-good record stays: ``kctl rollback --fleet FLEET`` creates the
+service again on it, every replica verified, and ``kctl deploy`` starts from scratch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from kctl.controller.host import changing_host, new_txn_id
+from kctl.controller.steps import Step
+from kctl.errors import UsageError
+from kctl.fleet.loader import load_fleet
+from kctl.fleet.rollout import driver_for, fleet_context, reconcile
+
+if TYPE_CHECKING:
+    from kctl.controller.context import Context
+
+
+@dataclass(frozen=True)
+class RemoveService(Step):
+    """Remove the fleet's service of ``role``: the orchestrator stops its replicas."""
+
+    name: ClassVar[str] = "remove-service"
+    changes_host: ClassVar[bool] = True
+    role: Literal["main", "canary"]
+
+    def describe(self) -> str:
+        return f"remove the fleet's {self.role} service (if any)"
+
+
+#: the canary first: it is the replica a rollout would still gate against the main service
+STEPS = (RemoveService("canary"), RemoveService("main"))
+
+
+def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
+    """Remove the fleet's services; ``stopped``: one row per replica that was running."""
+    if not yes:
+        raise UsageError(
+            "kctl stop --fleet takes every replica of the fleet down",
+            hint="pass --yes to confirm",
+        )
+    fleet = load_fleet(fleet_path)
+    fctx = fleet_context(ctx, fleet)
+    driver = driver_for(fctx, fleet)
+    with changing_host(fctx, f"kctl stop --fleet {fleet_path}") as host:
+        driver.check_available()
+        reconcile(host, driver, resolver="stop")
+        txn = host.transaction(new_txn_id("s"))
+        stopped: list[dict[str, Any]] = []
+        removed: list[str] = []
+        for step in STEPS:
+            view = driver.service(step.role)
+            with txn.step(step):
+                if driver.remove(step.role):
+                    removed.append(view.name if view else step.role)
+                    stopped += [
+                        {
+                            "role": step.role,
+                            "slot": r.slot,
+                            "node": r.node,
+                            "port": r.port,
+                            "profile": r.profile,
+                            "deployment": r.deployment,
+                        }  # fmt: skip
+                        for r in (view.replicas if view else ())
+                    ]
+                    fctx.reporter.event(f"removed the {step.role} service {removed[-1]}")
+        host.store.set_serving(None)
+        txn.end("stopped")
+        known_good = host.store.last_known_good()
+    return {
+        "fleet": fleet.name,
+        "driver": driver.name,
+        "removed": removed,
+        "stopped": stopped,
+        "known_good": known_good.id if known_good else None,
+        "warnings": host.warnings,
+    }
+
+
+def stop_text(result: dict[str, Any], fleet_path: str) -> str:
+    if not result["removed"]:
+        return f"fleet {result['fleet']}: nothing ran; nothing to stop"
+    lines = [
+        f"fleet {result['fleet']}: stopped {len(result['stopped'])} replica(s) "
+        f"({', '.join(result['removed'])} removed)"
+    ]
+    lines += [
+        f"  {r['role']} slot {r['slot']} on {r['node']}:{r['port']} ({r['profile']} {r['deployment']})"
+        for r in result["stopped"]
+    ]
+    if result["known_good"]:
+        lines.append(
+            f"the known-good {result['known_good']} is kept: "
+            f"`kctl rollback --fleet {fleet_path}` brings every replica back on it"
+        )
+    return "\n".join(lines)
