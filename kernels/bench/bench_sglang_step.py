@@ -48,8 +48,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "kernels"))
 
-from kdtree_mla.inputs import KV_DTYPES  # noqa: E402
-from kdtree_mla.sglang import standalone  # noqa: E402
+from kdtree_mla_testing import standalone  # noqa: E402
+from kdtree_mla_testing.inputs import KV_DTYPES  # noqa: E402
 
 SM_SCALE = 192**-0.5
 

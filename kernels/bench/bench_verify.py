@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from kdtree_mla import api  # noqa: E402
-from kdtree_mla.inputs import KV_DTYPES, make_inputs  # noqa: E402
+from kdtree_mla_testing.inputs import KV_DTYPES, make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
 
 DEFAULT_CASES = [
@@ -446,7 +446,7 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
     if flush is not None:
         row["ours_graph_cold_l2_us"] = flushed_graph_us(case.ours, flush, case.n_layers, args.reps)
     if case.kv_bytes <= 200_000 * 576 * case.meta.k_buffer.element_size():
-        from kdtree_mla.ref import verify_attention_ref
+        from kdtree_mla_testing.ref import verify_attention_ref
 
         x, m = case.layers[-1], case.meta
         case.ours(case.n_layers - 1)

@@ -2,7 +2,8 @@
 files its globs match, kctl/image/context.py), against what the build really reads: the sources
 setup.py compiles, every header they include (transitively), every module of the packages
 pyproject.toml ships, the startup .pth and the packaging itself. And nothing else: no test,
-bench, script or doc matches, so editing those never changes the serving image's tag. No torch,
+bench, script, doc or test-support module (kdtree_mla_testing/) matches, so editing those never
+changes the serving image's tag; the wheel's packages hold no test support either. No torch,
 no GPU."""
 
 from __future__ import annotations
@@ -120,6 +121,11 @@ def test_every_glob_matches_a_file():
         "build/lib/kdtree_mla/api.py",
         "kdtree_mla/__pycache__/api.cpython-311.pyc",
         "kdtree_mla/_C.cpython-311-x86_64-linux-gnu.so",
+        "kdtree_mla_testing/__init__.py",
+        "kdtree_mla_testing/ref.py",
+        "kdtree_mla_testing/inputs.py",
+        "kdtree_mla_testing/standalone.py",
+        "kdtree_mla_testing/standalone_runtime.py",
     ],
 )
 def test_nothing_outside_the_build_matches(rel):
@@ -148,3 +154,49 @@ def test_every_tracked_file_the_build_reads_is_listed_and_nothing_else():
     for src in setup_sources():
         includes(src, needed)
     assert {rel for rel in tracked if matches(rel)} == needed
+
+
+#: Test support that must stay out of the wheel and the serving image: the fp64 reference, the
+#: random inputs, SGLang's backend outside a server, the benchmarks' measurements.
+TESTING = "kdtree_mla_testing"
+
+
+def wheel_packages() -> list[str]:
+    """The packages the wheel holds, as setuptools reads them from pyproject.toml (an explicit
+    list, or what a `find` directive finds in this folder)."""
+    from setuptools import find_namespace_packages, find_packages
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    packages = read_configuration(ROOT / "pyproject.toml")["tool"]["setuptools"]["packages"]
+    if isinstance(packages, dict):  # packages = {find = {...}} / {find-namespace = {...}}
+        finder = find_namespace_packages if "find-namespace" in packages else find_packages
+        options = dict(next(iter(packages.values())))
+        where = options.pop("where", ["."])
+        return [p for w in where for p in finder(str(ROOT / w), **options)]
+    return list(packages)
+
+
+def test_the_wheel_ships_no_test_support():
+    packages = wheel_packages()
+    assert "kdtree_mla" in packages and "kdtree_mla.sglang" in packages
+    assert not [p for p in packages if p.split(".")[0] == TESTING], packages
+    assert (ROOT / TESTING / "__init__.py").is_file()
+    support = ("ref.py", "inputs.py", "standalone.py", "standalone_runtime.py")
+    for rel in package_modules() | listed():
+        assert rel.rsplit("/", 1)[-1] not in support, f"{rel}: test support in the wheel"
+        assert not rel.startswith(TESTING + "/"), f"build-files.txt lists {rel}"
+
+
+def test_the_shipped_modules_never_import_the_test_support():
+    for rel in sorted(package_modules()):
+        tree = ast.parse((ROOT / rel).read_text(), filename=rel)
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                assert name.split(".")[0] != TESTING, f"{rel}:{node.lineno} imports {name}"

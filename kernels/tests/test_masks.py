@@ -4,8 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
-from kdtree_mla.inputs import make_inputs  # noqa: E402
-from kdtree_mla.ref import (  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.ref import (  # noqa: E402
     build_custom_mask,
     draft_visibility,
     random_tree_parents,

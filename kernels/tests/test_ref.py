@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
-from kdtree_mla.inputs import make_inputs  # noqa: E402
-from kdtree_mla.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
 
 
 def naive(inp):

@@ -1,4 +1,4 @@
-"""CPU tests of the standalone SGLang tree builder (``kdtree_mla.sglang.standalone.build_tree``).
+"""CPU tests of the standalone SGLang tree builder (``kdtree_mla_testing.standalone.build_tree``).
 
 The GPU tests run SGLang's real Triton backend from trees this builds out of the published
 wheels; here synthetic wheels check which files a release's tree takes, that a runtime-context
@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from kdtree_mla.sglang import standalone, standalone_runtime
+from kdtree_mla_testing import standalone, standalone_runtime, standalone_stubs
 
 FORWARD_MODE = """
 from enum import IntEnum, auto
@@ -95,10 +95,29 @@ def test_a_taken_definition_is_the_wheels_source(tmp_path: Path) -> None:
 def test_an_older_release_keeps_the_older_lists(tmp_path: Path) -> None:
     files = {name: f"# {name}\n" for name in standalone.REAL_FILES}
     files["sglang/srt/plugins/__init__.py"] = "# plugins\n"
+    files["sglang/srt/model_executor/forward_batch_info.py"] = FORWARD_MODE
     tree = standalone.build_tree(_wheel(tmp_path, "0.5.13", files), tmp_path / "tree")
     assert (tree / "sglang/srt/plugins/__init__.py").read_text() == "# plugins\n"
     assert not (tree / standalone_runtime.MARKER).exists()
     assert (tree / "sglang/srt/server_args.py").read_text().startswith("ATTENTION_BACKEND_CHOICES")
+    # ForwardMode is the wheel's in this layout too.
+    info = (tree / "sglang/srt/model_executor/forward_batch_info.py").read_text()
+    assert FORWARD_MODE.split("\n\n\n")[2].strip() in info
+    for name in standalone.STUBS:
+        ast.parse((tree / name).read_text(), filename=name)
+
+
+def test_the_two_layouts_share_one_source_for_each_stand_in_they_both_write() -> None:
+    both = set(standalone.STUBS) & set(standalone_runtime.STUBS)
+    assert both == set(standalone_stubs.COMMON)
+    for name in both:
+        assert standalone.STUBS[name] is standalone_runtime.STUBS[name], name
+
+
+def test_an_older_wheel_without_forward_mode_is_refused_by_name(tmp_path: Path) -> None:
+    files = {name: f"# {name}\n" for name in standalone.REAL_FILES}
+    with pytest.raises(FileNotFoundError, match="lacks sglang/srt/model_executor/forward_batch"):
+        standalone.build_tree(_wheel(tmp_path, "0.5.13", files), tmp_path / "tree")
 
 
 def test_a_wheel_missing_a_file_is_refused_by_name(tmp_path: Path) -> None:
@@ -111,3 +130,51 @@ def test_a_named_definition_the_wheel_lacks_is_refused(tmp_path: Path) -> None:
     wheel = _runtime_release(tmp_path, tree_mask="X = 1\n")
     with pytest.raises(FileNotFoundError, match="defines no TreeMaskMode"):
         standalone.build_tree(wheel, tmp_path / "tree")
+
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_INS = (
+    "sglang.srt.utils",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.configs.model_config",
+    "sglang.srt.layers.radix_attention",
+    "sglang.srt.layers.attention.attention_registry",
+    "sglang.srt.speculative.spec_utils",
+    "sglang.srt.mem_cache.swa_memory_pool",
+    "sgl_kernel",
+    "sgl_kernel.utils",
+)
+PROBE = f"""
+import importlib
+for name in {STAND_INS!r}:
+    importlib.import_module(name)
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.utils import get_int_env_var, next_power_of_2
+assert ForwardMode.TARGET_VERIFY.is_target_verify() and ForwardMode.TARGET_VERIFY.is_extend()
+assert next_power_of_2(5) == 8 and get_int_env_var("KDTREE_NOT_SET", 3) == 3
+"""
+
+
+@pytest.mark.parametrize("pattern", ["sglang-0.5.10-*.whl", "sglang-0.5.23-*.whl"])
+def test_a_published_wheels_tree_imports_its_stand_ins(tmp_path: Path, pattern: str) -> None:
+    """On the real release (an older-layout one and a runtime-context one, from the repo's
+    gitignored .whl/ where device_validate.sh expects them): the tree builds, and the stand-ins
+    that need no Triton import with the wheel's ForwardMode in place."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch", reason="the utils stand-in imports torch")
+    wheels = sorted((REPO / ".whl").glob(pattern))
+    if not wheels:
+        pytest.skip(f"no {pattern} in {REPO / '.whl'} (pip download --no-deps sglang==... -d .whl)")
+    tree = standalone.build_tree(wheels[-1], tmp_path / "tree")
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -19,7 +19,8 @@ Modules (each imports nothing heavy at import time unless said so):
 * :mod:`.patch`       the patch of the Triton backend class and :func:`.patch.attach`, which gives
   one backend instance its router (torch is imported lazily, inside an SGLang process only);
 * :mod:`.router`      the :class:`~.router.VerifyRouter` that stands in for ``extend_attention_fwd``;
-* :mod:`.facts`       the server's facts, read from SGLang's model runner, the device and the build;
-* :mod:`.standalone`, :mod:`.standalone_runtime`, :mod:`.standalone_objects`  SGLang's real Triton backend from a published
-  wheel, outside a server (the GPU tests and the step bench).
+* :mod:`.facts`       the server's facts, read from SGLang's model runner, the device and the build.
+
+SGLang's real Triton backend outside a server (the GPU tests and the step bench) is test support,
+in ``kernels/kdtree_mla_testing/``, which the wheel does not ship.
 """

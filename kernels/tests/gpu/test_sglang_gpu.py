@@ -2,7 +2,7 @@
 
 SGLang's ``TritonAttnBackend`` and Triton kernels come unchanged from its wheel
 (``.whl/sglang-0.5.10-py3-none-any.whl`` at the repo root, or ``$KDTREE_SGLANG_WHEEL``); what
-they import is stubbed as :mod:`kdtree_mla.sglang.standalone` documents. The patch is applied the
+they import is stubbed as :mod:`kdtree_mla_testing.standalone` documents. The patch is applied the
 way a server gets it: the startup hook is installed before SGLang's module is first imported.
 
 Each case draws fresh random inputs (random trees, mixed prefix lengths, random slot
@@ -25,7 +25,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
-from kdtree_mla.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
 
 # "cpu" (with TRITON_INTERPRET=1 and a stand-in kernel) is only for dry-running the harness.
 DEV = os.environ.get("KDTREE_SGLANG_TEST_DEVICE", "cuda")
@@ -59,7 +59,7 @@ def sglang_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(
             f"SGLang wheel not found at {WHEEL}: pip download --no-deps sglang==0.5.10 -d .whl"
         )
-    from kdtree_mla.sglang import standalone
+    from kdtree_mla_testing import standalone
 
     return standalone.build_tree(WHEEL, tmp_path_factory.mktemp("sglang"))
 
@@ -82,7 +82,8 @@ def tb(sglang_tree: Path) -> Any:
 
 def make_backend(tb: Any, *, heads: int, draft: int, pool_size: int, context_len: int,
                  max_requests: int = 16, graph_bs: int | None = None, layers: int = 1):  # fmt: skip
-    from kdtree_mla.sglang import patch, standalone
+    from kdtree_mla.sglang import patch
+    from kdtree_mla_testing import standalone
 
     pool = standalone.MLAPool(layers, pool_size, device=DEV)
     runner = standalone.make_model_runner(
@@ -103,7 +104,7 @@ def make_backend(tb: Any, *, heads: int, draft: int, pool_size: int, context_len
 def random_case(runner: Any, pool: Any, prefix_lens: list[int], draft: int, heads: int,
                 seed: int, max_requests: int = 16):  # fmt: skip
     """Fresh inputs for one verify step; returns (forward_batch, q, k, v, reference inputs)."""
-    from kdtree_mla.sglang import standalone
+    from kdtree_mla_testing import standalone
 
     rng = random.Random(seed)
     gen = torch.Generator(device=DEV).manual_seed(seed)
@@ -304,7 +305,7 @@ PROBE = """
 import json, os, site, sys
 site.addsitedir(sys.argv[1])
 from sglang.srt.layers.attention import triton_backend as tb
-from kdtree_mla.sglang import standalone
+from kdtree_mla_testing import standalone
 dev = os.environ.get("KDTREE_SGLANG_TEST_DEVICE", "cuda")
 pool = standalone.MLAPool(1, 64, device=dev)
 runner = standalone.make_model_runner(pool=pool, num_heads=8, num_draft_tokens=4,
@@ -322,7 +323,7 @@ print(json.dumps({
 
 
 def _probe(tmp_path: Path, version: str | None, env_value: str | None) -> tuple[dict, list[str]]:
-    from kdtree_mla.sglang import standalone
+    from kdtree_mla_testing import standalone
 
     tree = standalone.build_tree(WHEEL, tmp_path / "tree", version=version)
     site_dir = tmp_path / "site"
@@ -369,6 +370,6 @@ def _sync() -> None:
 
 
 def _layer(heads: int) -> Any:
-    from kdtree_mla.sglang import standalone
+    from kdtree_mla_testing import standalone
 
     return standalone.make_layer(0, heads, SM_SCALE)

@@ -5,7 +5,7 @@ SGLang's ``TritonAttnBackend``, its Triton kernels and its plugin framework
 (default: the newest plugin release in ``.whl/``, 0.5.23 when downloaded; 0.5.11 has the
 capture/replay graph hooks, 0.5.13 on the out_graph/in_graph ones, 0.5.14 on read SGLang's
 runtime context and KV-index translator); what they import is stubbed as
-:mod:`kdtree_mla.sglang.standalone` and :mod:`kdtree_mla.sglang.standalone_runtime` document. The kernel package's entry point is discovered
+:mod:`kdtree_mla_testing.standalone` and :mod:`kdtree_mla_testing.standalone_runtime` document. The kernel package's entry point is discovered
 the way SGLang discovers it: a ``kdtree_mla`` dist-info with its ``entry_points.txt`` on the
 path, then the wheel's own ``load_plugins()``; the backend comes from the registry entry it
 made. Each case checks the kernel against SGLang's Triton path and the fp64 reference, eager
@@ -68,7 +68,8 @@ def plugin_sglang(tmp_path_factory: pytest.TempPathFactory) -> Any:
     wheel = _wheel()
     if wheel is None or not wheel.is_file():
         pytest.fail("no plugin-release wheel: pip download --no-deps sglang==0.5.23 -d .whl")
-    from kdtree_mla.sglang import announce, standalone
+    from kdtree_mla.sglang import announce
+    from kdtree_mla_testing import standalone
 
     tree = standalone.build_tree(wheel, tmp_path_factory.mktemp("sglang_plugin"))
     dist = tree / "kdtree_mla-0.1.0.dist-info"
@@ -100,7 +101,8 @@ def plugin_sglang(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def make_backend(plugin_sglang: Any, *, heads: int, draft: int, pool_size: int,
                  context_len: int, graph_bs: int | None = None) -> Any:  # fmt: skip
-    from kdtree_mla.sglang import patch, standalone
+    from kdtree_mla.sglang import patch
+    from kdtree_mla_testing import standalone
 
     registry, _helpers_mod, _version = plugin_sglang
     pool = standalone.MLAPool(1, pool_size)
@@ -199,7 +201,7 @@ def test_cuda_graph_capture_then_replay_with_new_lengths_indices_and_masks(
     def case(prefix_lens: list[int]) -> Any:
         out = h.random_case(runner, pool, prefix_lens, draft, heads, h.fresh_seed())
         if parents == "chain":  # rebuild the batch with a chain (each token's parent the last)
-            from kdtree_mla.sglang import standalone
+            from kdtree_mla_testing import standalone
 
             fb = out[0]
             slots = _slots_of(runner, fb, prefix_lens, draft)
@@ -282,8 +284,9 @@ def test_a_verify_call_with_score_mod_raises(plugin_sglang: Any) -> None:
 def test_fp8_kv_cache_where_the_release_reads_one(plugin_sglang: Any, fp8: str) -> None:
     """fp8 pool + per-layer scale: the kernel on releases whose Triton MLA reads fp8 (0.5.13
     on), a decline line on the others (0.5.11 stores MLA KV unscaled)."""
-    from kdtree_mla.sglang import announce, patch, standalone
+    from kdtree_mla.sglang import announce, patch
     from kdtree_mla.sglang import backend as kdtree_backend
+    from kdtree_mla_testing import standalone
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
     registry, h, version = plugin_sglang
@@ -316,7 +319,7 @@ def test_fp8_kv_cache_where_the_release_reads_one(plugin_sglang: Any, fp8: str) 
     router.begin_step(False)
     o_sglang = backend.forward_extend(q, k, v, layer, fb).view(-1, heads, 512)
     torch.cuda.synchronize()
-    from kdtree_mla.ref import verify_attention_ref
+    from kdtree_mla_testing.ref import verify_attention_ref
 
     buf = pool.get_key_buffer(0)
     o_ref, _ = verify_attention_ref(

@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
-from kdtree_mla.inputs import make_inputs  # noqa: E402
-from kdtree_mla.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -186,7 +186,11 @@ def test_uint8_storage_tensor_descales_and_separate_k_v_scales(kv):
 def test_fp8_graph_capture_replay_with_new_lengths_indices_masks_and_descales(kv):
     """Capture once with device-tensor descales, then change kv_indices, lengths, masks, pool
     rows and the descales in place and replay: equal to eager, and to the fp64 reference."""
-    from kdtree_mla.ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
+    from kdtree_mla_testing.ref import (
+        build_custom_mask,
+        random_tree_parents,
+        tree_mask_from_parents,
+    )
 
     H, T, pool = 8, 16, 200_000
     first = make_inputs(

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
-from kdtree_mla.inputs import make_inputs  # noqa: E402
-from kdtree_mla.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -488,7 +488,11 @@ def test_fused_merge_after_many_calls(calls_before, num_ctas):
 def test_graph_capture_replay_with_new_indices_lengths_and_masks():
     """Capture once, then change kv_indices, prefix lengths, draft split and masks in place
     (same T, same buffers) and replay: must match eager and the fp64 reference."""
-    from kdtree_mla.ref import build_custom_mask, random_tree_parents, tree_mask_from_parents
+    from kdtree_mla_testing.ref import (
+        build_custom_mask,
+        random_tree_parents,
+        tree_mask_from_parents,
+    )
 
     H, T = 8, 16
     pool = 200_000

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kdtree_mla import api  # noqa: E402
-from kdtree_mla.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
 
 
 def median_us(fn, reps=400, sync=True, spin_us=0.0):

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kdtree_mla import api  # noqa: E402
-from kdtree_mla.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
 
 # (prefix lengths, draft lengths, heads)
 CASES = [

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kdtree_mla import api  # noqa: E402
-from kdtree_mla.inputs import make_inputs  # noqa: E402
+from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
 
 b, h, d, prefix = (int(x) for x in sys.argv[1:5])
 layers = [

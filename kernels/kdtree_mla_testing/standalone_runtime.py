@@ -18,6 +18,7 @@ keeps its Triton kernels in ``sglang/kernels/ops/attention/`` and writes the KV 
   configuration helpers, the draft-decode helpers, ``sgl_kernel``. A stub line
   ``#: taken: <path in the wheel> <name>`` is replaced by that definition's source from the
   wheel (``ForwardMode``, ``KVWriteLoc``, ``TreeMaskMode``), so those bodies are the release's.
+  The stand-ins the older layout writes too are :mod:`.standalone_stubs`'s.
 
 Nothing on the target-verify path is stubbed: ``init_forward_metadata``, the CUDA-graph hooks
 (``init_forward_metadata_out_graph`` / ``_in_graph``), ``pack_read_stream`` and its KV-index
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
+
+from kdtree_mla_testing.standalone_stubs import COMMON, classes, raising
 
 #: The file whose presence selects this layout.
 MARKER = "sglang/srt/runtime_context.py"
@@ -56,78 +59,6 @@ FILES = (
     "sglang/srt/plugins/__init__.py",
     "sglang/srt/plugins/hook_registry.py",
 )
-
-_UTILS = """
-import os
-from functools import lru_cache
-
-import torch
-
-
-def is_cuda():
-    return torch.cuda.is_available() and torch.version.cuda is not None
-
-
-def is_hip():
-    return torch.version.hip is not None
-
-
-def is_xpu():
-    return hasattr(torch, "xpu") and torch.xpu.is_available()
-
-
-def is_npu():
-    return False
-
-
-def is_musa():
-    return False
-
-
-@lru_cache(maxsize=1)
-def is_gfx95_supported():
-    return False
-
-
-@lru_cache(maxsize=1)
-def is_gfx942_supported():
-    return False
-
-
-@lru_cache(maxsize=1)
-def is_gfx1250_supported():
-    return False
-
-
-def get_bool_env_var(name, default="false"):
-    return os.getenv(name, default).lower() in ("true", "1")
-
-
-def get_int_env_var(name, default=0):
-    value = os.getenv(name)
-    if value is None or not value.strip():
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        return default
-
-
-def get_device_core_count(device_id=0):
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(device_id).multi_processor_count
-    return 0
-
-
-def get_device_capability(device_id=0):
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_capability(device_id)
-    return None, None
-
-
-def next_power_of_2(n):
-    return 1 << (n - 1).bit_length() if n > 0 else 1
-"""
 
 _RUNTIME_CONTEXT = '''
 _published = {}
@@ -165,23 +96,6 @@ def get_platform():
     return _get("platform")
 '''
 
-_FORWARD_BATCH_INFO = """
-from __future__ import annotations
-
-from enum import IntEnum, auto
-from types import SimpleNamespace
-
-#: taken: sglang/srt/model_executor/forward_batch_info.py ForwardMode
-
-
-class ForwardBatch(SimpleNamespace):
-    pass
-
-
-def build_inner_fb_view(*args, **kwargs):
-    raise NotImplementedError("not part of the standalone tree")
-"""
-
 _MEMORY_POOL = """
 from __future__ import annotations
 
@@ -211,32 +125,14 @@ def per_step_draft_out_cache_loc(*args, **kwargs):
 """
 
 
-def _raising(*names: str, why: str) -> str:
-    return "".join(
-        f"\n\ndef {n}(*args, **kwargs):\n    raise NotImplementedError({why!r})\n" for n in names
-    )
-
-
-def _classes(*names: str) -> str:
-    return "".join(f"\n\nclass {n}:\n    pass\n" for n in names)
-
-
-#: Stand-ins: path -> (what it replaces, source).
+#: Stand-ins: path -> (what it replaces, source); the ones both layouts write come from
+#: :data:`.standalone_stubs.COMMON`.
 STUBS: dict[str, tuple[str, str]] = {
-    "sglang/__init__.py": ("the frontend language package (imports the whole server)", ""),
-    "sglang/srt/utils/__init__.py": (
-        "sglang.srt.utils.common's helpers the taken files import (CUDA answers; no ROCm arch)",
-        "from sglang.srt.utils.common import *  # noqa: F401,F403\n",
-    ),
-    "sglang/srt/utils/common.py": ("the helpers themselves, same bodies on CUDA", _UTILS),
+    **COMMON,
     "sglang/srt/runtime_context.py": (
         "get_exec/get_spec/get_parallel/get_schedule: the groups the stand-in model runner "
         "publishes from its server arguments (one rank, no DCP)",
         _RUNTIME_CONTEXT,
-    ),
-    "sglang/srt/model_executor/forward_batch_info.py": (
-        "the wheel's ForwardMode; ForwardBatch is a plain namespace",
-        _FORWARD_BATCH_INFO,
     ),
     "sglang/srt/mem_cache/memory_pool.py": (
         "the wheel's KVWriteLoc and unwrap_write_loc only",
@@ -245,54 +141,6 @@ STUBS: dict[str, tuple[str, str]] = {
     "sglang/srt/speculative/eagle_utils.py": (
         "the wheel's TreeMaskMode, default_tree_mask_mode on CUDA (FULL_MASK); draft helpers raise",
         _EAGLE_UTILS,
-    ),
-    "sglang/srt/speculative/spec_utils.py": (
-        "draft-decode index helpers: never reached on target verify",
-        _raising(
-            "draft_kv_indices_buffer_width",
-            "draft_kv_indices_used_len",
-            "generate_draft_decode_kv_indices",
-            "generate_draft_decode_window_kv_indices",
-            "resolve_draft_decode_window",
-            why="draft decode is not part of the standalone tree",
-        ),
-    ),
-    "sglang/srt/configs/model_config.py": (
-        "AttentionArch and the architecture tests (same bodies)",
-        """
-from enum import IntEnum, auto
-
-
-class AttentionArch(IntEnum):
-    MLA = auto()
-    MHA = auto()
-
-
-def _hf_arch(config):
-    archs = (
-        config.get("architectures")
-        if isinstance(config, dict)
-        else getattr(config, "architectures", None)
-    )
-    return archs[0] if archs else None
-
-
-def is_dspark_draft(config):
-    return _hf_arch(config) in ("DSparkDraftModel", "DSparkMiniMaxDraftModel")
-
-
-def is_kimi_k3(config):
-    return _hf_arch(config) in ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM")
-
-
-def is_qwen3_5(config):
-    return _hf_arch(config) in (
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3_5MoeForConditionalGeneration",
-        "Qwen3_5ForCausalLM",
-        "Qwen3_5MoeForCausalLM",
-    )
-""",
     ),
     "sglang/srt/configs/hybrid_arch.py": (
         "mambaish_config() = None: the model has no linear-attention layers",
@@ -306,58 +154,23 @@ def is_qwen3_5(config):
     "sglang/srt/layers/dcp/__init__.py": (
         "get_dcp_lens from the taken layout.py; the DCP kernels and collectives raise (DCP off)",
         "from sglang.srt.layers.dcp.layout import get_dcp_lens  # noqa: F401\n"
-        + _raising(
+        + raising(
             "cp_lse_ag_out_rs_mha",
             "create_triton_kv_indices_for_dcp_triton",
             why="decode context parallelism is off in the standalone tree",
         ),
     ),
-    "sglang/srt/layers/radix_attention.py": (
-        "AttentionType only",
-        """
-from enum import Enum
-
-
-class AttentionType(Enum):
-    DECODER = "decoder"
-    DECODER_BIDIRECTIONAL = "decoder_bidirectional"
-    ENCODER_ONLY = "encoder_only"
-""",
-    ),
-    "sglang/srt/layers/attention/attention_registry.py": (
-        "register_attention_backend and ATTENTION_BACKENDS (same body), without the built-ins",
-        """
-ATTENTION_BACKENDS = {}
-
-
-def register_attention_backend(name):
-    def decorator(fn):
-        ATTENTION_BACKENDS[name] = fn
-        return fn
-
-    return decorator
-""",
-    ),
-    "sglang/srt/mem_cache/base_swa_memory_pool.py": (
-        "BaseSWAKVPool: a class no stand-in pool is an instance of (no sliding window)",
-        _classes("BaseSWAKVPool"),
-    ),
-    "sglang/srt/mem_cache/swa_memory_pool.py": (
-        "SWAKVPool, likewise",
-        "from sglang.srt.mem_cache.base_swa_memory_pool import BaseSWAKVPool\n\n\n"
-        "class SWAKVPool(BaseSWAKVPool):\n    pass\n",
-    ),
     "sglang/srt/mem_cache/deepseek_v4_memory_pool.py": (
-        "DeepSeekV4TokenToKVPool, likewise",
-        _classes("DeepSeekV4TokenToKVPool"),
+        "DeepSeekV4TokenToKVPool: a class no stand-in pool is an instance of",
+        classes("DeepSeekV4TokenToKVPool"),
     ),
     "sglang/srt/mem_cache/allocator/unified_hybrid_swa.py": (
         "UnifiedSWAAllocatorBase: the unified pool's allocator, not used (a plain pool)",
-        _classes("UnifiedSWAAllocatorBase"),
+        classes("UnifiedSWAAllocatorBase"),
     ),
     "sglang/srt/mem_cache/allocator/unified_mamba.py": (
         "UnifiedMambaTokenToKVPoolAllocator, likewise",
-        _classes("UnifiedMambaTokenToKVPoolAllocator"),
+        classes("UnifiedMambaTokenToKVPoolAllocator"),
     ),
     "sglang/srt/mem_cache/unified_draft_pool.py": (
         "fused_draft_host_allocator() = None: no fused draft pool",
@@ -365,11 +178,6 @@ def register_attention_backend(name):
     ),
     "sglang/kernels/jit/utils/__init__.py": (
         "is_arch_support_pdl() = False (the fp8 prefill packer's PDL launch; not on this path)",
-        "def is_arch_support_pdl():\n    return False\n",
-    ),
-    "sgl_kernel/__init__.py": ("sgl-kernel (CUDA ops): nothing on this path", ""),
-    "sgl_kernel/utils.py": (
-        "is_arch_support_pdl() = False (no PDL launches)",
         "def is_arch_support_pdl():\n    return False\n",
     ),
 }

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .ref import (
+from kdtree_mla_testing.ref import (
     build_custom_mask,
     random_tree_parents,
     tree_mask_from_parents,

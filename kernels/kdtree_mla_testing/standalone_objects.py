@@ -115,7 +115,7 @@ def make_model_runner(
         decode_attention_backend_str="triton",
     )
     if _runtime_layout():
-        from kdtree_mla.sglang import standalone_runtime
+        from kdtree_mla_testing import standalone_runtime
 
         standalone_runtime.fit_runner(runner, pool)
     return runner
@@ -216,7 +216,7 @@ def verify_batch(
         attn_attend_prefix_cache=None,
     )
     if getattr(runner, "kv_index_translator", None) is not None:
-        from kdtree_mla.sglang import standalone_runtime
+        from kdtree_mla_testing import standalone_runtime
 
         standalone_runtime.bind_plan(runner, batch)
     return batch
