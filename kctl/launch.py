@@ -8,12 +8,13 @@ release's parser checks the whole argv (:func:`argv_problems`).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from kctl.errors import ProfileError
 from kctl.profile.model import Profile, ServerSpec
 from kctl.profile.release import DEFAULT_VERSION, profile_release
-from kctl.profile.rules import MANAGED_FLAGS, Found
+from kctl.profile.rules import MANAGED_FLAGS, SETTING_FIXES, Found
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
 from kctl.sglang.kernel_support import FP8_MLA_SINCE, KDTREE_BACKEND, kernel_choices, reads_fp8_mla
@@ -26,6 +27,10 @@ SGLANG_ENTRY = ("python3", "-m", "sglang.launch_server")
 SIM_RELEASE_ENV = "KCTL_SIM_SGLANG_VERSION"
 #: the simulator as run by ``--simulate`` (with the running interpreter)
 SIM_MODULE = "kctl.sim"
+#: the env var SGLang's plugin framework filters entry points by (comma-separated names)
+PLUGINS_ENV = "SGLANG_PLUGINS"
+#: the name of the kdtree kernel's plugin entry point (kernels/pyproject.toml)
+KDTREE_PLUGIN = "kdtree"
 #: addresses a server binds to that a client cannot connect to as such
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
@@ -125,7 +130,42 @@ def _kernel_path_problems(profile: Profile, rel: Release) -> list[Found]:
                 server.kv_cache_dtype,
             )
         )
+    found += _plugin_env_problems(server)
     return found
+
+
+def _plugin_env_problems(server: ServerSpec) -> list[Found]:
+    """``SGLANG_PLUGINS``, when set, is the list of plugins SGLang loads: one that leaves
+    out the kernel's makes SGLang skip it, and ``--attention-backend kdtree`` then fails at
+    start (or, with a plugin of that name elsewhere, serves something else)."""
+    raw = server.env_dict().get(PLUGINS_ENV)
+    if server.attention_backend != KDTREE_BACKEND or not raw:
+        return []
+    if KDTREE_PLUGIN in {name.strip() for name in raw.split(",") if name.strip()}:
+        return []
+    return [
+        (
+            ("server", "env", PLUGINS_ENV),
+            f"{PLUGINS_ENV} lists the plugins SGLang loads, and {raw!r} leaves out the kdtree "
+            "kernel's: SGLang would skip it and --attention-backend kdtree would fail at start "
+            f"(server.attention_backend); fix: remove server.env.{PLUGINS_ENV}, or list "
+            f"{KDTREE_PLUGIN} in it",
+            raw,
+        )
+    ]
+
+
+def api_key_fix() -> str:
+    """Where the API key goes instead of ``extra_args``: the profile's secret reference
+    where the profile has one."""
+    if "api_key" in {f.name for f in dataclasses.fields(ServerSpec)}:
+        return "remove it from extra_args and set the profile's `server.api_key` secret reference"
+    return "remove it from extra_args: give the API key as a secret reference, not extra_args"
+
+
+def setting_fixes() -> dict[str, str]:
+    """Every setting an extra argument must not change, by any flag, and its fix."""
+    return {**SETTING_FIXES, "api_key": api_key_fix()}
 
 
 def _field_value(profile: Profile, path: tuple[str | int, ...]) -> object:
@@ -149,8 +189,10 @@ def _located(
 def argv_findings(profile: Profile, rel: Release | None = None) -> tuple[list[Found], list[Found]]:
     """``(errors, warnings)`` of the server parser of the profile's release (or ``rel``) on
     the profile's launch argv, each as ``(field path, message with the fix, value)``.
-    Errors: unknown or removed flags, values outside the choices, and any ``extra_args``
-    item that reaches a flag kctl manages (by alias, abbreviation or ``--config``).
+    Errors: unknown or removed flags, values outside the choices, any ``extra_args``
+    item that reaches a flag kctl manages (by alias, abbreviation or ``--config``), and
+    any that changes a setting kctl manages through another flag (:func:`setting_fixes`:
+    CUDA graphs by ``--cuda-graph-config``, the decode backend, the tokenizer, ...).
     Warnings: a deprecated flag the release still accepts, with its replacement."""
     rel = rel or profile_release(profile)
     tokens = _rendered(profile.server, rel)
@@ -165,7 +207,9 @@ def argv_findings(profile: Profile, rel: Release | None = None) -> tuple[list[Fo
         if (dest := rel.dest_of(flag)) is not None
     }
     errors, warnings = _kernel_path_problems(profile, rel), list[Found]()
-    for p in check_argv(rel, argv, managed, own=own, extra_choices=kernel_choices(rel)):
+    for p in check_argv(
+        rel, argv, managed, own=own, extra_choices=kernel_choices(rel), settings=setting_fixes()
+    ):
         path, value = _located(profile, tokens, own, p.index)
         message = p.message if p.message.startswith(p.flag) else f"{p.flag}: {p.message}"
         if "SGLang" not in message:

@@ -77,6 +77,53 @@ MANAGED_FLAGS: dict[str, str] = {
     "--speculative-eagle-topk": "server.speculative.eagle_topk",
     "--speculative-num-draft-tokens": "server.speculative.num_draft_tokens",
 }
+_NO_FIELD = "remove it from extra_args: the profile has no field for {what}, and kctl gates {how}"
+#: settings that ``extra_args`` must not change by any flag (keys of
+#: :data:`kctl.sglang.argv.effects.SETTINGS`), and the fix: the profile field to use
+#: instead. The API key's fix is :func:`kctl.launch.api_key_fix`.
+SETTING_FIXES: dict[str, str] = {
+    "model": "set server.model_path instead",
+    "tokenizer": _NO_FIELD.format(
+        what="a tokenizer", how="the model at server.model_path with its own tokenizer"
+    ),
+    "revision": _NO_FIELD.format(
+        what="a revision", how="the weights at server.model_path as they are"
+    ),
+    "load_format": _NO_FIELD.format(
+        what="a load format", how="the weights at server.model_path as they are"
+    ),
+    "model_override": _NO_FIELD.format(
+        what="a model config override", how="the model at server.model_path as it is"
+    ),
+    "tp": "set server.tp instead",
+    "dp": _NO_FIELD.format(
+        what="data parallelism", how="one replica of server.tp GPUs; a fleet adds replicas"
+    ),
+    "attn_dp": _NO_FIELD.format(
+        what="attention data parallelism", how="one replica of server.tp GPUs"
+    ),
+    "pp": _NO_FIELD.format(what="pipeline parallelism", how="one replica of server.tp GPUs"),
+    "attention_backend": "set server.attention_backend instead",
+    "prefill_attention_backend": "set server.attention_backend instead (it serves every phase)",
+    "decode_attention_backend": "set server.attention_backend instead (it serves every phase)",
+    "draft_attention_backend": "set server.attention_backend instead (kctl derives the draft "
+    "model's backend from it)",
+    "speculative_attention_mode": _NO_FIELD.format(
+        what="the speculative attention mode", how="what server.speculative declares"
+    ),
+    "draft_kv_cache_dtype": "set server.kv_cache_dtype instead (the draft model uses the same)",
+    "speculative_adaptive": _NO_FIELD.format(
+        what="adaptive speculative decoding", how="what server.speculative declares"
+    ),
+    "draft_model": "set server.speculative.draft_model_path instead",
+    "decode_cuda_graphs": "set server.cuda_graphs instead",
+    "decode_cuda_graph_sizes": "set server.cuda_graph_max_bs instead",
+    "prefill_cuda_graphs": "set server.cuda_graphs instead (it turns CUDA graphs on or off "
+    "in every phase)",
+    "prefill_cuda_graph_sizes": _NO_FIELD.format(
+        what="prefill CUDA-graph sizes", how="SGLang's defaults for them"
+    ),
+}
 #: env the ``simulator:`` section owns (see :func:`kctl.launch.launch_spec`)
 SIMULATOR_ENV = {
     "KCTL_SIM_SPEEDUP": "simulator.speedup",

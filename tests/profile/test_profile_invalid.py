@@ -396,7 +396,7 @@ def test_the_file_rules_do_not_overreach(write: Write) -> None:
         x-vol: &vol {host: /models, container: /models}
         server:
           env: {HF_ENDPOINT: "https://hub.example/?a=1&b=2", PRICE: "5$"}
-          extra_args: ["--json-model-override-args", '{"rope": [1, 2]}', "--max-running-requests", "48"]
+          extra_args: ["--preferred-sampling-params", '{"rope": [1, 2]}', "--max-running-requests", "48"]
         runtime:
           volumes: [*vol]
         """,

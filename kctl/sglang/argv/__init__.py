@@ -15,7 +15,10 @@ would refuse or that would quietly override what kctl manages:
 - ``config``: ``--config FILE`` (or an abbreviation of it) anywhere: the file can set any
   argument, so it is always refused;
 - ``positional``: a stray value; ``exits``: ``--help``, which prints and exits;
-- ``deprecated`` (severity ``warning``): accepted today, with the replacement as the fix.
+- ``deprecated`` (severity ``warning``): accepted today, with the replacement as the fix;
+- ``effect``: with ``settings``, an extra argument that changes a setting kctl manages
+  through any other flag (``--cuda-graph-config``, ``--decode-attention-backend``, ...),
+  judged by the value the release's parser gives it (:mod:`kctl.sglang.argv.effects`).
 
 Nothing is printed; the caller renders the problems.
 """
@@ -25,11 +28,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from kctl.sglang._rebuild import ParserError
+from kctl.sglang.argv.effects import SETTINGS, effect_problems
 from kctl.sglang.argv.options import Problem, canonical, managed_dests, resolve
 from kctl.sglang.argv.walker import Walker
 from kctl.sglang.releases import Release, releases
 
-__all__ = ["Problem", "canonical", "check_argv", "managed_dests", "resolve"]
+__all__ = ["SETTINGS", "Problem", "canonical", "check_argv", "managed_dests", "resolve"]
 
 
 def check_argv(
@@ -40,6 +44,7 @@ def check_argv(
     own: int = 0,
     extra_choices: Mapping[str, Collection[str]] | None = None,
     others: Sequence[Release] | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> list[Problem]:
     """Every problem with ``argv`` (the server arguments, without the launcher) for
     ``release``.
@@ -49,7 +54,10 @@ def check_argv(
     many leading tokens of ``argv`` kctl rendered itself; a managed dest set at or after
     that index is a problem (``own=0``: every token is an extra argument).
     ``extra_choices``: choices a plugin adds, by dest. ``others``: the releases that say
-    where a removed option went (default: every known release)."""
+    where a removed option went (default: every known release). ``settings``: the
+    :data:`~kctl.sglang.argv.effects.SETTINGS` keys whose value ``argv[:own]`` decides,
+    mapped to the fix to show; an extra argument that changes one, by whatever flag, is an
+    ``effect`` problem (judged once the whole argv parses)."""
     dests = managed_dests(release, managed)
     fixes = dict(managed) if isinstance(managed, Mapping) else {}
     named = {d: fixes.get(d, "") or fixes.get(canonical(release, d) or "", "") for d in dests}
@@ -64,6 +72,12 @@ def check_argv(
     problems = walker.run()
     if not any(p.severity == "error" for p in problems):
         problems += _parse_check(release, argv, extra_choices or {})
+    if settings and not any(p.severity == "error" and p.kind != "managed" for p in problems):
+        refused = {p.index for p in problems if p.index is not None and p.severity == "error"}
+        problems += effect_problems(
+            release, argv, own, walker.spans, settings, extra_choices or {}, refused
+        )
+        problems.sort(key=lambda p: len(argv) if p.index is None else p.index)
     return problems
 
 

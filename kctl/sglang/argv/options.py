@@ -71,9 +71,15 @@ def managed_dests(release: Release, managed: Iterable[str]) -> set[str]:
 
 def looks_like_option(release: Release, token: str) -> bool:
     """argparse's test for an optional: a prefix char, not a negative number, no space
-    (unless it is an option string)."""
+    (unless it is an option string or, where ``allow_abbrev``, an abbreviation of one:
+    argparse reads ``--cuda-graph-conf={"decode": {...}}`` as an option before it looks
+    for the space)."""
     if len(token) < 2 or token[0] not in release.prefix_chars:
         return False
-    if release.has(token.partition("=")[0]):
+    name = token.partition("=")[0]
+    if release.has(name):
+        return True
+    abbreviation = release.allow_abbrev and name.startswith("--") and len(name) > 2
+    if abbreviation and any(f.startswith(name) for f in release.flags):
         return True
     return not _NEGATIVE_NUMBER.match(token) and " " not in token

@@ -7,6 +7,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from kctl.sglang.argv.effects import Span
 from kctl.sglang.argv.options import (
     Problem,
     Resolved,
@@ -39,6 +40,8 @@ class Walker:
         self.others = others
         self.problems: list[Problem] = []
         self.own_spelling: dict[str, str] = {}
+        #: every option read at or after ``own`` (what :mod:`.effects` judges one by one)
+        self.spans: list[Span] = []
         self.at = 0
 
     def add(self, flag: str, message: str, fix: str, kind: str, sev: Severity = "error") -> None:
@@ -93,6 +96,8 @@ class Walker:
             return self._skip_values(i + 1)
         values, nxt = self._consume(found.option, name, inline if eq else None, i + 1)
         self._check(found, name, values, extra=i >= self.own)
+        if i >= self.own:
+            self.spans.append(Span(i, nxt, name, found))
         return nxt
 
     def _skip_values(self, i: int) -> int:
