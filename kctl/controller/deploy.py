@@ -24,6 +24,7 @@ from kctl.controller.host import HostChange, changing_host
 from kctl.controller.maintenance import prune
 from kctl.controller.planner import Observed, Serving, plan_deploy
 from kctl.controller.recover import revert_target, serving_now
+from kctl.controller.report import deploy_report
 from kctl.controller.runstate import RunState
 from kctl.errors import (
     CandidateRejected,
@@ -64,6 +65,8 @@ class DeployResult:
     table: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: the HTML report written next to the state (``kctl report``), None when none was
+    report: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,13 +102,15 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
         seen, serving = observe(ctx, host.store, runtime, candidate, baseline)
         if serving and serving[0].profile_hash == candidate.content_hash and not force:
             dep = serving[0]
+            # ALREADY-SERVING means healthy: checked now, not taken from the record
+            common.wait_healthy(ctx, runtime, serving[1], candidate)
             return DeployResult(
                 deployment_id=dep.id,
                 profile=candidate.name,
                 profile_hash=candidate.content_hash,
                 outcome="already-serving",
-                reason=f"{dep.id} already serves this profile (hash {candidate.content_hash[:12]}); "
-                "use --force to deploy it again",
+                reason=f"{dep.id} already serves this profile (hash {candidate.content_hash[:12]}), "
+                "health verified; use --force to deploy it again",
                 serving=dep.id,
                 warnings=host.warnings,
             )
@@ -232,6 +237,7 @@ class _Deploy:
                 timings=timings,
                 warnings=st.warnings,
                 gate={"measurement": st.measurement.to_dict()},
+                report=deploy_report(self.ctx, self.store, st.txn_id),
             )
         return DeployResult(
             deployment_id=st.txn_id,
@@ -245,6 +251,7 @@ class _Deploy:
             table=st.table,
             timings=timings,
             warnings=st.warnings,
+            report=deploy_report(self.ctx, self.store, st.txn_id),
         )
 
     # -- failure paths -------------------------------------------------------------------
@@ -322,6 +329,7 @@ class _Deploy:
             table=table,
             timings=timings,
             warnings=st.warnings,
+            report=deploy_report(self.ctx, self.store, st.txn_id),
         )
         raise CandidateRejected(
             f"candidate {self.candidate.name} rejected: {reason}; "
@@ -341,6 +349,9 @@ class _Deploy:
             self.store.update_deployment(
                 st.txn_id, status=status, reason=reason, exit_code=4, timings=self.ex.timer.total()
             )
+        path = deploy_report(self.ctx, self.store, st.txn_id)
+        if path is not None:
+            self.ctx.reporter.event(f"report: {path}")
         # the journal stays open on purpose: `kctl status` reports it, `kctl rollback` resolves it
 
 

@@ -235,6 +235,11 @@ class Executor:
 
     def _wait_healthy(self, step: WaitHealthy) -> None:
         profile = self._profile(step.role)
+        if step.role == "serving" and self.state.serving is not None:
+            # what already serves: checked, not started here
+            common.wait_healthy(self.ctx, self.runtime, self.state.serving[1], profile)
+            self.ctx.reporter.event(f"health of {self.state.serving[0].id} verified")
+            return
         instance = self.state.instances[step.role]
         try:
             report = common.wait_healthy(self.ctx, self.runtime, instance, profile)

@@ -62,8 +62,14 @@ def _baseline_steps(
         stored = Measure(role="baseline", profile=baseline.name, source="stored")
         return (stored,), serving.profile if serving else None
     if serving is not None and serving.profile_hash == baseline.content_hash:
-        # measured on the running baseline before it is stopped
-        return (Measure(role="baseline", profile=baseline.name, source="live"),), serving.profile
+        # measured on the running baseline before it is stopped, once it answers healthy
+        # (a restart a killed kctl left may still be loading: it is never measured so)
+        return (
+            WaitHealthy(
+                role="serving", profile=baseline.name, deadline_s=baseline.health.deadline_s
+            ),
+            Measure(role="baseline", profile=baseline.name, source="live"),
+        ), serving.profile
     # nothing known-good serves: bring the baseline up first (it is also the revert target)
     why = "baseline for the gate"
     steps: tuple[Step, ...] = ()
@@ -126,5 +132,5 @@ def plan_rollback(target: str) -> Plan:
     return Plan("rollback", (StopOthers(keep="target", why="rollback"), Restore(profile=target)))
 
 
-def plan_stop() -> Plan:
-    return Plan("stop", (StopOthers(keep=None, why="stop"), ClearServing()))
+def plan_stop(why: str = "stop") -> Plan:
+    return Plan("stop", (StopOthers(keep=None, why=why), ClearServing()))

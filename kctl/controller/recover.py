@@ -57,35 +57,63 @@ def adopt(store: Store, serving: tuple[Any, Instance] | None) -> None:
 
 
 def reconcile(ctx: Context, store: Store, runtime: Runtime, *, resolver: str) -> list[str]:
-    """Close interrupted transactions against reality; returns notes for the user."""
-    notes = []
+    """Close interrupted transactions against reality; returns notes for the user.
+
+    A server whose record this closes (a candidate or a baseline a killed kctl started and
+    never verified) is stopped: it may still be loading, and nothing may take it for a
+    known-good one, measure it or call it ALREADY-SERVING."""
+    notes, closed = [], set()
     for txn in store.open_transactions():
-        txn_id = txn.txn
         last = txn.last_step
         where = f" during step {last.step!r} ({last.state})" if last else ""
-        serving = serving_now(store, runtime)
-        adopt(store, serving)
-        store.set_serving(serving[0].id if serving else None)
-        now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
         with contextlib.suppress(DeploymentNotFound):  # a stop records no deployment
-            _close_record(store, txn_id, f"kctl was interrupted{where}", resolver)
-        store.end_transaction(txn_id, f"interrupted; reconciled by {resolver}")
-        notes.append(f"deployment {txn_id} was interrupted{where}; {now}")
-    notes += _close_unjournalled(store, resolver)
-    return notes
+            if _close_record(store, txn.txn, f"kctl was interrupted{where}", resolver):
+                closed.add(txn.txn)
+        store.end_transaction(txn.txn, f"interrupted; reconciled by {resolver}")
+        notes.append(f"deployment {txn.txn} was interrupted{where}")
+    more, unfinished = _close_unjournalled(store, resolver)
+    notes += more
+    closed |= unfinished
+    if not notes:
+        return notes
+    stopped = _stop_unverified(ctx, store, runtime, closed)
+    serving = serving_now(store, runtime)
+    adopt(store, serving)
+    store.set_serving(serving[0].id if serving else None)
+    now = f"{serving[0].id} runs now" if serving else "nothing of kctl's runs now"
+    if stopped:
+        now = f"stopped {', '.join(stopped)} (never verified); {now}"
+    return [f"{note}; {now}" for note in notes]
+
+
+def _stop_unverified(ctx: Context, store: Store, runtime: Runtime, closed: set[str]) -> list[str]:
+    """Stop the running servers of the records just closed as interrupted."""
+    stopped = []
+    for inst in runtime.running():
+        if inst.deployment_id not in closed:
+            continue
+        try:
+            timeout = common.profile_of(store.get_deployment(inst.deployment_id)).runtime
+            stop_s = timeout.stop_timeout_s
+        except Exception:  # noqa: BLE001 - an unreadable record still gets its server stopped
+            stop_s = 60.0
+        ctx.reporter.event(f"stopping {inst.deployment_id} (interrupted, never verified)")
+        runtime.stop(inst, stop_s)
+        stopped.append(inst.deployment_id)
+    return stopped
 
 
 #: how many recent records are checked for ones a killed kctl left unfinished
 _UNFINISHED_LOOKBACK = 200
 
 
-def _close_unjournalled(store: Store, resolver: str) -> list[str]:
+def _close_unjournalled(store: Store, resolver: str) -> tuple[list[str], set[str]]:
     """Close records still in progress that have no open transaction: a kctl killed after
     writing its record and before journalling its first step. Under the lock, no other
-    command is running, so nothing in progress is alive."""
+    command is running, so nothing in progress is alive. Returns the notes and the ids."""
     from kctl.store.records import TERMINAL_STATUSES
 
-    notes = []
+    notes, ids = [], set()
     for dep in store.list_deployments(limit=_UNFINISHED_LOOKBACK):
         if dep.status in TERMINAL_STATUSES:
             continue
@@ -96,21 +124,24 @@ def _close_unjournalled(store: Store, resolver: str) -> list[str]:
             reason=f"kctl was interrupted before its first step; reconciled by {resolver}",
         )
         notes.append(f"deployment {dep.id} was interrupted before its first step")
-    return notes
+        ids.add(dep.id)
+    return notes, ids
 
 
-def _close_record(store: Store, txn_id: str, what: str, resolver: str) -> None:
+def _close_record(store: Store, txn_id: str, what: str, resolver: str) -> bool:
     """Mark the record of an interrupted transaction. One that already ended (a revert
     aborted or failed: DEGRADED) is left as it is (the resolver's own record says what it
-    did; the journal says it was reconciled); one still in progress becomes interrupted."""
+    did; the journal says it was reconciled); one still in progress becomes interrupted.
+    Returns whether it closed the record."""
     from kctl.store.records import TERMINAL_STATUSES
 
     dep = store.get_deployment(txn_id)
     if dep.status in TERMINAL_STATUSES:
-        return
+        return False
     store.update_deployment(
         txn_id, status="interrupted", exit_code=4, reason=f"{what}; reconciled by {resolver}"
     )
+    return True
 
 
 def revert_target(

@@ -14,13 +14,14 @@ from kctl.controller.host import changing_host
 from kctl.controller.planner import plan_rollback
 from kctl.controller.recover import adopt, serving_now
 from kctl.controller.runstate import RunState
-from kctl.errors import Degraded, Interrupted, PreconditionFailed, RevertAborted
+from kctl.errors import Degraded, Interrupted, KctlError, PreconditionFailed, RevertAborted
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
     from kctl.controller.host import HostChange
     from kctl.profile.model import Profile
     from kctl.runtime.base import Runtime
+    from kctl.store import Store
     from kctl.store.records import Deployment
 
 
@@ -29,7 +30,7 @@ class RollbackResult:
     deployment_id: str
     target: str
     profile: str
-    outcome: str  # restored | already-serving
+    outcome: str  # restored | already-serving | cleared (no known-good: nothing serves)
     reason: str
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -51,6 +52,8 @@ def rollback(
     store = ctx.open_store()
     try:
         target = store.get_deployment(to) if to is not None else store.last_known_good()
+        if target is None and _left_over(ctx, store, runtime_kind):
+            return _clear(ctx, store, runtime_kind)
         if target is None:
             raise PreconditionFailed(
                 "no known-good baseline is recorded yet, so there is nothing to roll back to",
@@ -66,6 +69,52 @@ def rollback(
             return _restore(host, runtime, target, profile)
     finally:
         store.close()
+
+
+def _newest_runtime(ctx: Context, store: Store, runtime_kind: str | None) -> Runtime:
+    """The runtime of the newest record (no known-good names one)."""
+    newest = store.list_deployments(limit=1)
+    kind = runtime_kind or ctx.backend.runtime_kind(newest[0].runtime if newest else "local")
+    return ctx.runtime(kind)
+
+
+def _left_over(ctx: Context, store: Store, runtime_kind: str | None) -> bool:
+    """Whether a command that never verified a known-good left something behind: an open
+    transaction, an unfinished record, or a server of kctl's that runs."""
+    from kctl.store.records import TERMINAL_STATUSES
+
+    if store.open_transactions():
+        return True
+    if any(d.status not in TERMINAL_STATUSES for d in store.list_deployments(limit=200)):
+        return True
+    try:
+        return bool(_newest_runtime(ctx, store, runtime_kind).running())
+    except KctlError:
+        return False
+
+
+def _clear(ctx: Context, store: Store, runtime_kind: str | None) -> RollbackResult:
+    """No known-good was ever verified, but a killed command left something: reconcile,
+    stop every server of kctl's and record that nothing serves (a clean state)."""
+    from kctl.controller.host import new_txn_id
+    from kctl.controller.planner import plan_stop
+
+    runtime = _newest_runtime(ctx, store, runtime_kind)
+    with changing_host(ctx, "kctl rollback", store=store) as host:
+        host.reconcile(runtime, resolver="rollback")
+        runtime.check_available()
+        txn = host.transaction(new_txn_id("r"))
+        state = RunState(txn_id=txn.id)
+        ex = Executor(ctx, store, runtime, txn, state)
+        with ex.guard:
+            ex.run_steps(plan_stop("rollback").steps)
+        txn.end("cleared")
+    reason = (
+        "no known-good baseline was ever verified, so there is none to restore; "
+        + (f"stopped {', '.join(state.stopped)}; " if state.stopped else "")
+        + "nothing serves now"
+    )
+    return RollbackResult(txn.id, "none", "none", "cleared", reason, warnings=host.warnings)
 
 
 def _restore(

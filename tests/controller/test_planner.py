@@ -82,6 +82,7 @@ def test_the_running_baseline_is_measured_before_it_is_stopped(
     serving = Serving("d-1", base.name, base.content_hash)
     plan = plan_deploy(cand, base, Observed(serving, baseline_known=True))
     assert plan.steps == (
+        WaitHealthy(role="serving", profile=base.name, deadline_s=base.health.deadline_s),
         Measure(role="baseline", profile=base.name, source="live"),
         StopServing(profile=base.name, why="replaced by the candidate"),
         *_tail(cand),

@@ -128,24 +128,59 @@ def test_kill_first_deploy(
     before = case.history()
     assert any(r["id"] == killed and r["ended_at"] is None for r in before), before
     r = case.run("rollback")
+    assert r.code == 0, str(r)
+    assert f"deployment {killed} was interrupted" in r.err, str(r)
     if step in ("recorded", "baseline-start"):
-        # no known-good baseline was verified yet: nothing to roll back to
-        assert r.code == 5, str(r)
-        assert "no known-good baseline" in r.err, str(r)
-        # deploying again takes the dead kctl's lock over and completes
-        r = case.run("deploy", case.cand)
-        assert r.code == 0, str(r)
+        # no known-good baseline was ever verified: the one step back is a clean host,
+        # nothing serving (the baseline still loading is stopped, never adopted)
+        assert r.out.startswith("CLEARED: "), str(r)
         assert "took over a stale deploy lock" in r.err, str(r)
-        case.assert_serves(CAND_NAME)
+        case.assert_serves(None)
+        code, st = case.status()
+        assert code == 0 and not st["interrupted"] and not st["unmanaged"], st
+        assert not case.servers()
     else:
-        assert r.code == 0, str(r)
         case.assert_serves(BASE_NAME)
-    if step != "recorded":
-        assert f"deployment {killed} was interrupted" in r.err, str(r)
+        assert len(case.servers()) == 1
     after = case.check_store(before)
-    if step != "recorded":
-        assert next(row for row in after if row["id"] == killed)["status"] == "interrupted"
+    assert next(row for row in after if row["id"] == killed)["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("step", "pattern", "nth", "journal"), FIRST_DEPLOY, ids=step_ids(FIRST_DEPLOY)
+)
+def test_deploy_again_after_kill_first_deploy(
+    slow_case: Case, step: str, pattern: str, nth: int, journal: Journal | None
+) -> None:
+    """status's other way out, deploying again, completes from every phase: a baseline
+    still loading is stopped, never measured, and the candidate is gated and promoted."""
+    case = slow_case
+    _kill_at(case, ("deploy", case.cand), pattern, nth, journal)
+    before = case.history()
+    r = case.run("deploy", case.cand)
+    assert r.code == 0, str(r)
+    assert "ConnectionRefused" not in r.text, str(r)
+    case.assert_serves(CAND_NAME)
+    code, st = case.status()
+    assert st["known_good"] is not None and st["known_good"]["profile"] == "base", st
+    case.check_store(before)
     assert len(case.servers()) == 1
+
+
+@pytest.mark.parametrize("step", ["start", "wait-healthy"])
+def test_kill_first_baseline_deploy_then_again(slow_case: Case, step: str) -> None:
+    """A killed first deploy of a baseline profile, deployed again: never ALREADY-SERVING
+    on the word of the record; the second deploy ends established and verified."""
+    case = slow_case
+    pattern = r"starting .*known-good baseline" if step == "start" else r"health d-"
+    _kill_at(case, ("deploy", case.base), pattern, 1, ("start", 1, "done"))
+    r = case.run("deploy", case.base)
+    assert r.code == 0, str(r)
+    assert "ALREADY-SERVING" not in r.out, str(r)
+    case.assert_serves(BASE_NAME)
+    r = case.run("deploy", case.base)
+    assert r.code == 0 and r.out.startswith("ALREADY-SERVING"), str(r)
+    assert "health verified" in r.out, str(r)
 
 
 @pytest.mark.parametrize(
