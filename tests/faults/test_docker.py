@@ -36,16 +36,20 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
     try:
-        import docker
         import docker.errors
     except ImportError as exc:  # pragma: no cover - docker is a dependency
         _unavailable(f"the docker SDK is missing: {exc}")
         raise
+    # kctl's own connect: it probes a unix socket before the SDK tries (the SDK leaks the
+    # socket of a failed connect, which filterwarnings=error turns into the next test's
+    # error) and closes a client whose ping failed
+    from kctl.errors import KctlError
+    from kctl.runtime.docker import connect
+
     try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure to reach the engine
-        _unavailable(f"no docker engine: {exc} (run scripts/ci-docker.sh as root)")
+        client = connect(timeout_s=120)
+    except KctlError as exc:
+        _unavailable(f"no docker engine: {exc.message} (run scripts/ci-docker.sh as root)")
         raise
     try:
         try:
