@@ -18,6 +18,8 @@ Hierarchy (exit code in brackets)::
     │   ├── PreflightFailed [5]          image archs, port, paths ... checked before any stop
     │   ├── BuildFailed [5]              the serving image did not build
     │   ├── PendingTransaction [5]       an interrupted deploy must be resolved first
+    │   ├── SecretUnavailable [5]        a secret reference names no readable value
+    │   ├── UnsafeState [5]              the state dir or a file in it is not kctl's alone
     │   └── StoreError [5]               the state store is corrupt, newer, or unwritable
     │       ├── StoreCorrupt [5]
     │       └── DeploymentNotFound [2]   no deployment has the id a user named (also a UsageError)
@@ -139,6 +141,16 @@ class BuildFailed(PreconditionFailed):
 
 class PendingTransaction(PreconditionFailed):
     pass
+
+
+class SecretUnavailable(PreconditionFailed):
+    """A secret reference (``<secret:env NAME>``, ``<secret:file PATH>``) names no readable
+    value. The message names the reference and the field, never a value."""
+
+
+class UnsafeState(PreconditionFailed):
+    """The state dir, or a path in it, is a symlink, not a regular file, owned or
+    writable by another user: kctl refuses it rather than follow it."""
 
 
 class StoreError(PreconditionFailed):

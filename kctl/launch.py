@@ -15,6 +15,7 @@ from kctl.errors import ProfileError
 from kctl.profile.model import Profile, ServerSpec
 from kctl.profile.release import DEFAULT_VERSION, profile_release
 from kctl.profile.rules import MANAGED_FLAGS, SETTING_FIXES, Found
+from kctl.profile.secretnames import Hidden
 from kctl.runtime.base import LaunchSpec
 from kctl.sglang.argv import check_argv
 from kctl.sglang.kernel_support import FP8_MLA_SINCE, KDTREE_BACKEND, kernel_choices, reads_fp8_mla
@@ -211,6 +212,8 @@ def argv_findings(profile: Profile, rel: Release | None = None) -> tuple[list[Fo
         rel, argv, managed, own=own, extra_choices=kernel_choices(rel), settings=setting_fixes()
     ):
         path, value = _located(profile, tokens, own, p.index)
+        if "api key" in p.message.lower().replace("_", " "):
+            value = Hidden()  # the key itself may be in the item, or the next one
         message = p.message if p.message.startswith(p.flag) else f"{p.flag}: {p.message}"
         if "SGLang" not in message:
             message = f"SGLang {rel.version}: {message}"
@@ -343,4 +346,6 @@ def launch_spec(
         image=None if simulate else image,
         labels=labels,
         runtime=profile.runtime,
+        secrets=profile.server.secrets,
+        api_key=profile.server.api_key,
     )

@@ -161,6 +161,11 @@ def plan(
         *(f"  warning: {w}" for w in result["warnings"]),
         "launch: " + " ".join(result["launch"]["argv"]),
         "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
+        *(
+            [f"api key: {result['launch']['api_key']} (in a --config file, not the argv)"]
+            if result["launch"].get("api_key")
+            else []
+        ),
         f"gate: {result['gate']['requests']} requests over contexts "
         f"{result['gate']['contexts']}, " + _duration(result["gate"]["estimated_duration_s"]),
         "preconditions: " + ", ".join(result["preconditions"]),

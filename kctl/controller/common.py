@@ -77,6 +77,7 @@ def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Pr
     """Wait for ``instance`` under the profile's health deadline, read on the backend's
     clock: a simulated server's deadline passes as fast as its simulated time does."""
     from kctl.health import wait_healthy as _wait
+    from kctl.secrets import api_key
 
     # the deadline reads simulated time under a compressing backend: say so
     unit = "s" if ctx.backend.time_scale(profile) == 1.0 else "simulated s"
@@ -91,6 +92,7 @@ def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Pr
         host=profile.server.host,
         port=profile.server.port,
         verify_kernel=profile.server.verify_kernel,
+        api_key=api_key(profile),
         clock=ctx.scaled_clock(profile),
         sleep=ctx.scaled_sleep(profile),
         progress=show,
@@ -122,8 +124,9 @@ def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:
 def endpoint_of(profile: Profile) -> Any:
     from kctl.gate import Endpoint
     from kctl.launch import connect_host
+    from kctl.secrets import api_key
 
-    return Endpoint(connect_host(profile.server.host), profile.server.port)
+    return Endpoint(connect_host(profile.server.host), profile.server.port, api_key(profile))
 
 
 def profile_of(deployment: Any) -> Profile:
@@ -177,15 +180,21 @@ def read_server_info(profile: Profile) -> tuple[dict[str, Any] | None, str | Non
     from kctl.errors import ServerError
     from kctl.launch import connect_host
     from kctl.profile.release import profile_release
+    from kctl.profile.secretnames import looks_secret
+    from kctl.secrets import api_key
     from kctl.sglang.client import SGLangClient
 
-    client = SGLangClient(connect_host(profile.server.host), profile.server.port)
+    client = SGLangClient(
+        connect_host(profile.server.host), profile.server.port, api_key=api_key(profile)
+    )
     timeout = min(30.0, profile.health.request_timeout_s)
     try:
         body = client.get_json("/server_info", timeout)
     except ServerError as exc:
         return None, f"could not read the server's /server_info ({exc}); its version is unknown"
-    info = {k: v for k, v in body.items() if k not in _SERVER_INFO_DROPPED}
+    # SGLang reports its whole ServerArgs, the API key in clear among them: dropped here,
+    # so no key reaches the store, the status output or --json
+    info = {k: v for k, v in body.items() if k not in _SERVER_INFO_DROPPED and not looks_secret(k)}
     reported, expected = info.get("version"), profile_release(profile).version
     if reported is not None and str(reported) != expected:
         return info, (

@@ -15,6 +15,7 @@ from kctl.controller.planner import Observed, plan_deploy
 from kctl.errors import RuntimeUnavailable
 from kctl.launch import argv_warnings, release_info
 from kctl.profile.compare import gate_mismatches
+from kctl.secrets import describe, exposure_warnings
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -58,8 +59,13 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "warnings": [
             *argv_warnings(candidate),
             *(gate_mismatches(candidate, baseline, "its baseline") if baseline else []),
+            *exposure_warnings(candidate),
         ],
-        "launch": {"argv": list(spec.argv), "env": dict(spec.env)},
+        "launch": {
+            "argv": list(spec.argv),
+            "env": {**dict(spec.env), **{k: describe(r) for k, r in spec.secrets}},
+            "api_key": describe(spec.api_key) if spec.api_key is not None else None,
+        },
         "gate": {
             "contexts": list(candidate.gate.contexts),
             "requests": _count(workload),

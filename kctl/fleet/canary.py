@@ -145,6 +145,7 @@ def smoke(
                     probe.input_ids(),
                     probe.tokens,
                     timeout_s=workload.request_timeout_s,
+                    api_key=replica.api_key,
                 )  # fmt: skip
             )
         except GateError as exc:

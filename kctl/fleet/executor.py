@@ -23,6 +23,7 @@ from kctl.fleet import plan as p
 from kctl.fleet.service import Placement, service_spec
 from kctl.fleet.watch import Waiter
 from kctl.gate import Endpoint, render_table
+from kctl.secrets import api_key
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -231,8 +232,11 @@ class FleetExecutor:
             f"({incumbent.node}:{incumbent.port}), measured at the same time"
         )
         self.store.update_deployment(st.txn_id, status="gating")
+        target = self._target()
+        inc_key = api_key(target[1]) if target is not None else api_key(cand)
         result = gates.gate_canary(
-            cand, Endpoint(canary.host, canary.port), Endpoint(incumbent.host, incumbent.port),
+            cand, Endpoint(canary.host, canary.port, api_key(cand)),
+            Endpoint(incumbent.host, incumbent.port, inc_key),
             fingerprint=common.fingerprint(self.ctx, cand, cand),
             clock=self.ctx.gate_clock(cand), progress=lambda g: self.ctx.reporter.progress(f"gate: {g}"),
         )  # fmt: skip
@@ -263,7 +267,7 @@ class FleetExecutor:
 
         def moved(r: Replica) -> None:
             label = f"replica {r.slot} ({r.node}:{r.port})"
-            gates.smoke(cand, Endpoint(r.host, r.port), self.state.canary_probes,
+            gates.smoke(cand, Endpoint(r.host, r.port, api_key(cand)), self.state.canary_probes,
                         step.smoke_requests, label)  # fmt: skip
             self.state.smoked.append(label)
             self.ctx.reporter.event(f"{label} runs {step.profile}: healthy, smoke gate passed")

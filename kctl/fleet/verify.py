@@ -11,6 +11,7 @@ from kctl.fleet.service import LABEL_DEPLOYMENT
 from kctl.fleet.view import ServiceView
 from kctl.gate import Endpoint
 from kctl.profile.model import Profile
+from kctl.secrets import api_key
 
 
 def replica_problems(profile: Profile, spec: dict[str, Any], view: ServiceView) -> list[str]:
@@ -36,8 +37,9 @@ def replica_problems(profile: Profile, spec: dict[str, Any], view: ServiceView) 
 def verify_replicas(profile: Profile, spec: dict[str, Any], view: ServiceView) -> None:
     """HealthFailed naming every replica that is not ``profile`` as ``spec`` runs it."""
     problems = replica_problems(profile, spec, view)
+    key = api_key(profile)
     for r in view.replicas:
-        client = Endpoint(r.host, r.port).client()
+        client = Endpoint(r.host, r.port, key).client()
         try:
             client.health(profile.health.request_timeout_s)
             info = client.get_json("/server_info", profile.health.request_timeout_s)

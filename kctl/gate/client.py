@@ -28,12 +28,14 @@ class Endpoint:
 
     host: str
     port: int
+    #: the server's API key (read from its secret reference), or None
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
     def client(self) -> SGLangClient:
-        return SGLangClient(self.host, self.port)
+        return SGLangClient(self.host, self.port, api_key=self.api_key)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ def greedy_ids(
     n: int,
     *,
     timeout_s: float = 120.0,
+    api_key: str | None = None,
 ) -> list[int]:
     """The first ``n`` greedy (temperature 0) output ids for ``input_ids``.
 
@@ -157,7 +160,7 @@ def greedy_ids(
         "sampling_params": {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True},
     }
     try:
-        obj = SGLangClient(host, port).generate(payload, timeout_s)
+        obj = SGLangClient(host, port, api_key=api_key).generate(payload, timeout_s)
     except ServerBadStatus as exc:
         raise GateError(f"greedy probe: HTTP {exc.status}: {exc.body}") from exc
     except ServerUnreachable as exc:

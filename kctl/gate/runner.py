@@ -234,6 +234,7 @@ def measure(
                     probe.input_ids(),
                     probe.tokens,
                     timeout_s=workload.request_timeout_s,
+                    api_key=endpoint.api_key,
                 )
                 probes.append(ProbeOutput(probe.index, tuple(ids)))
             except GateError as exc:

@@ -204,6 +204,7 @@ def wait_healthy(
     host: str,
     port: int,
     verify_kernel: VerifyKernel,
+    api_key: str | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = time.sleep,
     progress: Callable[[HealthProgress], None] | None = None,
@@ -213,10 +214,11 @@ def wait_healthy(
     Raises :class:`~kctl.errors.HealthFailed` (``phase``, ``matched_line``, ``log_tail``)
     at once when the process exits, a fatal line is logged or the kernel activation
     contract is broken, or when the deadline passes (naming the phase it was stuck in).
+    ``api_key``: the server's API key, sent with every request.
     """
     spec = profile_health
     wait = _Wait(runtime, instance, spec, verify_kernel, clock, sleep, progress)
-    client = SGLangClient(_probe_host(host), port)
+    client = SGLangClient(_probe_host(host), port, api_key=api_key)
 
     def kernel_logged(_timeout: float) -> None:
         if wait.watch.kernel_line is None:

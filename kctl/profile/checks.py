@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from kctl.profile.release import release_problems
 from kctl.profile.rules import SIMULATOR_ENV, Found
+from kctl.profile.secretnames import Hidden, looks_secret
 from kctl.sglang.kernel_support import KDTREE_BACKEND
 
 if TYPE_CHECKING:
@@ -141,8 +142,35 @@ def _speculative_problems(spec: SpeculativeSpec) -> list[Found]:
     return found
 
 
+def _secret_problems(s: ServerSpec) -> list[Found]:
+    """A secret-looking variable in clear, or a variable set both ways."""
+    found: list[Found] = []
+    secrets = s.secrets_dict()
+    for name, value in s.env:
+        if name in secrets:
+            found.append(
+                (
+                    ("env", name),
+                    "is also in server.secrets; keep it in one place (server.secrets)",
+                    Hidden(),
+                )
+            )
+        elif value and looks_secret(name):
+            found.append(
+                (
+                    ("env", name),
+                    "looks like a secret and is written in clear; name where it lives "
+                    f"instead: remove it here, set server.secrets.{name}.env: {name} and "
+                    f"export {name} where kctl runs (or server.secrets.{name}.file: a file "
+                    "only you can read)",
+                    Hidden(),
+                )
+            )
+    return found
+
+
 def server_problems(s: ServerSpec) -> list[Found]:
-    found = _kernel_problems(s)
+    found = _kernel_problems(s) + _secret_problems(s)
     env = s.env_dict()
     for var, owner in SIMULATOR_ENV.items():
         if var in env:

@@ -155,6 +155,18 @@ Weight = Annotated[
     says("must be a positive weight (share of traffic)"),
 ]
 _ENV = TypeAdapter(dict[EnvName, EnvValue])
+SECRET_FILE = "must be the absolute path of a file holding the secret, e.g. '/etc/kctl/hf-token'"
+SecretFile = Annotated[str, Strict(), Field(pattern=r"^/"), says(SECRET_FILE), safe(SECRET_FILE)]
+K8S_SECRET = (
+    "must be '<secret name>/<key>' of a Kubernetes Secret in the release's namespace, "
+    "e.g. 'kimi-secrets/hf-token'"
+)
+K8sSecret = Annotated[
+    str,
+    Strict(),
+    Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+$"),
+    says(K8S_SECRET),
+]
 _RATIOS = TypeAdapter(dict[ContextKey, Ratio])
 _WEIGHTS = TypeAdapter(dict[ContextKey, Weight])
 Env = Annotated[

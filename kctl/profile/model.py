@@ -18,7 +18,14 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 
 from kctl.profile import checks, rules
@@ -33,6 +40,7 @@ from kctl.profile.fields import (
     CudaGraphMaxBs,
     DraftPath,
     Env,
+    EnvName,
     ExtraArg,
     FatalPattern,
     GateCount,
@@ -42,6 +50,7 @@ from kctl.profile.fields import (
     Host,
     HostPath,
     ImageRef,
+    K8sSecret,
     KvCacheDtype,
     LatencyRatio,
     MemFraction,
@@ -51,6 +60,7 @@ from kctl.profile.fields import (
     Ratio,
     RatioMap,
     RepoDir,
+    SecretFile,
     ServedName,
     SglangVersion,
     ShmSize,
@@ -102,6 +112,40 @@ class SpeculativeSpec:
 
 
 @dataclass(frozen=True, config=CONFIG)
+class SecretRef:
+    """Where a secret lives, never its value: exactly one of ``env`` (an environment
+    variable of kctl's) or ``file`` (a file only its owner reads). kctl reads the value
+    when it starts the server or talks to it, and shows the reference
+    (``<secret:env HF_TOKEN>``) everywhere else. ``k8s`` names the Kubernetes Secret
+    (``name/key``) ``kctl render --k8s`` refers to; by default ``kctl-secrets/<variable>``."""
+
+    env: EnvName | None = None
+    file: SecretFile | None = None
+    k8s: K8sSecret | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise rules.problem(
+                "must name exactly one place the secret lives: env: VARIABLE (an "
+                "environment variable of kctl's) or file: /absolute/path"
+            )
+        return self
+
+
+SECRETS_ADAPTER = TypeAdapter(dict[EnvName, SecretRef])
+_SECRET_REF_SCHEMA = {k: v for k, v in TypeAdapter(SecretRef).json_schema().items() if k != "title"}
+#: ``server.secrets`` in a file: variable names to references, the reference inline
+SECRETS_SCHEMA = WithJsonSchema(
+    {
+        "type": "object",
+        "patternProperties": {rules.ENV_NAME_PATTERN: _SECRET_REF_SCHEMA},
+        "additionalProperties": False,
+    }
+)
+
+
+@dataclass(frozen=True, config=CONFIG)
 class ServerSpec:
     """The `python3 -m sglang.launch_server` invocation."""
 
@@ -122,9 +166,22 @@ class ServerSpec:
     verify_kernel: Annotated[VerifyKernel, one_of("'kdtree', 'none'")] = "none"
     extra_args: tuple[ExtraArg, ...] = ()
     env: Env = ()
+    #: environment variables whose values are secrets, as references: the server gets
+    #: the value in its environment; kctl shows and stores only the reference
+    secrets: Annotated[
+        tuple[tuple[str, SecretRef], ...],
+        rules.pairs(SECRETS_ADAPTER),
+        SECRETS_SCHEMA,
+    ] = ()
+    #: SGLang's API key (``--api-key``), as a secret reference; kctl sends it as
+    #: ``Authorization: Bearer`` on every request and hands it to the server in a file
+    api_key: SecretRef | None = None
 
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+    def secrets_dict(self) -> dict[str, SecretRef]:
+        return dict(self.secrets)
 
     @model_validator(mode="after")
     def _judge(self, info: ValidationInfo) -> ServerSpec:

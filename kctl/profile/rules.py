@@ -156,6 +156,7 @@ HOST_PATTERN = r"^[A-Za-z0-9_.:\[\]-]+$"
 _EXPANSION = re.compile(r"`|\$[({A-Za-z_]")
 _COMMAND = re.compile(r"[;&|\n\r]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_LINE = re.compile(r"[\t\n\r]")
 
 
 def problem(message: str) -> PydanticCustomError:
@@ -220,7 +221,10 @@ def shell_problem(value: str) -> str | None:
 
 
 def env_problem(value: str) -> str | None:
-    """Why ``value`` must not be an environment value, or None (nothing expands it)."""
+    """Why ``value`` must not be an environment value, or None (nothing expands it). Any
+    control character is refused, line breaks and tabs included: a value is one line."""
+    if _LINE.search(value):
+        return "contains a control character (a line break or tab); a value is one line: remove it"
     return _syntax(value, _EXPANSION)
 
 

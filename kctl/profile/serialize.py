@@ -19,7 +19,7 @@ T = TypeVar("T")
 HASH_VERSION = 1
 
 # pair tuples that read better (and hash independently of order) as JSON objects
-_PAIR_FIELDS = {"env", "min_ratio_per_context", "weights"}
+_PAIR_FIELDS = {"env", "secrets", "min_ratio_per_context", "weights"}
 
 
 #: fields added after HASH_VERSION 1 whose default keeps the earlier behaviour: hashed only
@@ -33,6 +33,8 @@ _ADDED_FIELDS: tuple[tuple[tuple[str, ...], Any], ...] = (
     (("gate", "policy", "max_itl_p50_ratio"), None),
     (("gate", "policy", "max_itl_p99_ratio"), None),
     (("gate", "vocab_size"), None),
+    (("server", "secrets"), {}),
+    (("server", "api_key"), None),
 )
 
 

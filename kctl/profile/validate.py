@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from kctl.profile import rules
 from kctl.profile.model import Profile
+from kctl.profile.secretnames import Hidden, looks_secret
 
 #: a field path: mapping keys as str, list indices as int
 FieldPath = tuple[str | int, ...]
@@ -61,6 +62,8 @@ class Problems:
         self.lines: list[str] = []
 
     def add(self, path: FieldPath, what: str, value: Any) -> None:
+        if path[:2] == ("server", "env") and len(path) > 2 and looks_secret(str(path[2])):
+            value = Hidden()  # a secret-looking variable's value is never shown
         self.lines.append(f"{self.origin(path)}: {format_path(path)}: {what} (got {_got(value)})")
 
     def raw(self, line: str) -> None:

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kctl.profile.model import RuntimeSpec
+from kctl.profile.model import RuntimeSpec, SecretRef
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,12 @@ class LaunchSpec:
     #: the profile's runtime section (GPUs, shm size, volumes): the docker runtime builds
     #: the container from it; None = RuntimeSpec() defaults. Ignored by the local runtime.
     runtime: RuntimeSpec | None = None
+    #: environment variables whose values are secrets, as references: the runtime reads
+    #: them when it starts the server (:func:`kctl.secrets.resolve_env`), never earlier
+    secrets: tuple[tuple[str, SecretRef], ...] = ()
+    #: SGLang's API key as a reference: the runtime hands it to the server in a
+    #: ``--config`` file only its owner reads, never on the command line
+    api_key: SecretRef | None = None
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,43 @@ reads back from ``/proc`` to reconcile the store with what really runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from kctl.errors import RuntimeUnavailable
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
+from kctl.runtime.logrelay import SCRUB_ENV
+from kctl.secrets import resolve, resolve_env
+from kctl.statedir import ensure_dir, inside, open_fd, read_text, write_new
 
 _PROC = Path("/proc")
+#: the variables of kctl's environment a server gets (besides ``LC_*`` and ``KCTL_*``):
+#: what a Python server needs to find itself, its libraries and its GPUs
+PASSED_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "HF_HOME",
+        "XDG_CACHE_HOME",
+    }
+)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -51,6 +77,19 @@ def _parse_ref(ref: str) -> tuple[int, int]:
     return int(pid), int(ticks)
 
 
+def _passed_env(spec: LaunchSpec) -> dict[str, str]:
+    """What of kctl's own environment a server (or its log relay) gets: :data:`PASSED_ENV`,
+    ``LC_*`` and ``KCTL_*``, less any variable a secret reference of the profile names."""
+    referenced = {ref.env for _, ref in spec.secrets} | (
+        {spec.api_key.env} if spec.api_key is not None else set()
+    )
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k in PASSED_ENV or k.startswith(("LC_", "KCTL_"))) and k not in referenced
+    }
+
+
 class LocalRuntime:
     """Runs serving processes on this host. ``owner`` (the state dir) scopes what it owns."""
 
@@ -63,6 +102,7 @@ class LocalRuntime:
         self._sleep = sleep
         # children started by this kctl process: polling them reaps zombies and gives exit codes
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._relays: list[subprocess.Popen[bytes]] = []
 
     # -- protocol ------------------------------------------------------------------------
 
@@ -73,24 +113,55 @@ class LocalRuntime:
                 hint="run kctl on Linux, or use the docker runtime",
             )
 
-    def start(self, spec: LaunchSpec) -> Instance:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{spec.deployment_id}.log"
-        env = dict(os.environ)
+    def server_env(self, spec: LaunchSpec, secrets: dict[str, str]) -> dict[str, str]:
+        """The server's whole environment, explicit: a few of kctl's own variables the
+        server needs to run at all (:data:`PASSED_ENV`, ``LC_*`` and kctl's ``KCTL_*``),
+        the profile's ``server.env``, its ``secrets`` (read by the caller) and kctl's
+        ownership markers. Nothing else of kctl's environment reaches the server (a
+        credential exported for another tool included)."""
+        env = _passed_env(spec)
         env.update(dict(spec.env))
+        env.update(secrets)
         env["KCTL_OWNER"] = self.owner
         env["KCTL_DEPLOYMENT_ID"] = spec.deployment_id
         env["KCTL_PORT"] = str(spec.port)
         env["PYTHONUNBUFFERED"] = "1"
-        with open(log_path, "ab") as log:
-            log.write(f"--- kctl: starting {spec.deployment_id}: {' '.join(spec.argv)}\n".encode())
+        return env
+
+    def _argv(self, spec: LaunchSpec, key: str | None) -> list[str]:
+        """The argv, with ``--config <file>`` holding the API key when the profile sets
+        one: SGLang reads ``api-key`` from it, and ``ps`` shows the path only."""
+        argv = list(spec.argv)
+        path = self.state_dir / "secrets" / f"{spec.deployment_id}.yaml"
+        if key is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return argv
+        ensure_dir(path.parent)
+        write_new(path, json.dumps({"api-key": key}).encode())  # JSON is YAML
+        return [*argv, "--config", str(path)]
+
+    def start(self, spec: LaunchSpec) -> Instance:
+        ensure_dir(self.state_dir)
+        ensure_dir(self.log_dir)
+        log_path = self.log_dir / f"{spec.deployment_id}.log"
+        secrets = resolve_env(spec.secrets)
+        key = None if spec.api_key is None else resolve(spec.api_key, "server.api_key")
+        env = self.server_env(spec, secrets)
+        argv = self._argv(spec, key)
+        with os.fdopen(open_fd(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab") as log:
+            log.write(f"--- kctl: starting {spec.deployment_id}: {' '.join(argv)}\n".encode())
             log.flush()
+            values = [*secrets.values(), *([key] if key else [])]
+            # with secrets, the server writes through the relay that takes them out (SGLang
+            # logs its ServerArgs, the API key included); else straight to the file
+            relay = self._relay(spec, log_path, values) if values else None
             try:
                 proc = subprocess.Popen(
-                    list(spec.argv),
+                    argv,
                     env=env,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=relay.stdin if relay is not None else log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
@@ -99,6 +170,11 @@ class LocalRuntime:
                     f"cannot start {spec.argv[0]!r}: {exc.strerror}",
                     hint="check the server command in the profile and that it is installed",
                 ) from exc
+            finally:
+                if relay is not None and relay.stdin is not None:
+                    relay.stdin.close()  # the server holds the pipe's write end now
+        if relay is not None:
+            self._relays.append(relay)
         self._children[proc.pid] = proc
         ticks = _start_ticks(proc.pid) or 0
         return Instance(
@@ -109,7 +185,26 @@ class LocalRuntime:
             port=spec.port,
         )
 
+    def _relay(
+        self, spec: LaunchSpec, log_path: Path, values: list[str]
+    ) -> subprocess.Popen[bytes]:
+        """:mod:`kctl.runtime.logrelay`, appending to ``log_path`` what the server writes,
+        ``values`` taken out (handed over in its environment, not its argv)."""
+        self._relays = [r for r in self._relays if r.poll() is None]  # reap finished ones
+        env = _passed_env(spec) | {SCRUB_ENV: json.dumps(values)}
+        env.pop("KCTL_OWNER", None)  # not a server: running() must not count it
+        return subprocess.Popen(
+            [sys.executable, "-m", "kctl.runtime.logrelay", str(log_path)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
     def stop(self, instance: Instance, timeout_s: float) -> None:
+        with contextlib.suppress(FileNotFoundError):  # the API key file, if any
+            os.unlink(self.state_dir / "secrets" / f"{instance.deployment_id}.yaml")
         pid, ticks = _parse_ref(instance.ref)
         if not self._alive(pid, ticks):
             self._reap(pid)
@@ -148,9 +243,11 @@ class LocalRuntime:
         return InstanceState(running=False, detail=f"not running (pid {pid} is gone)")
 
     def logs(self, instance: Instance, tail: int | None = None) -> str:
-        path = Path(instance.log_path or self.log_dir / f"{instance.deployment_id}.log")
+        path = inside(
+            self.state_dir, instance.log_path or self.log_dir / f"{instance.deployment_id}.log"
+        )
         try:
-            text = path.read_text(errors="replace")
+            text = read_text(path)
         except FileNotFoundError:
             return ""
         if tail is None:

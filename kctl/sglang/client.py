@@ -55,11 +55,14 @@ def cause_of(exc: BaseException) -> str:
 
 class SGLangClient:
     """Requests to one SGLang server at ``host:port`` (connect to a wildcard bind through
-    loopback; :func:`kctl.launch.connect_host` says where)."""
+    loopback; :func:`kctl.launch.connect_host` says where), with its API key when it has
+    one (sent as a header, never shown)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, *, api_key: str | None = None) -> None:
         self.host = host
         self.port = port
+        #: SGLang's ``--api-key``: sent as ``Authorization: Bearer`` on every request
+        self._api_key = api_key
         self.base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def __str__(self) -> str:
@@ -70,6 +73,8 @@ class SGLangClient:
     ) -> requests.Response:
         what = f"{method} {path}"
         headers = {"Accept": "text/event-stream"} if stream else {}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         try:
             resp = requests.request(
                 method,

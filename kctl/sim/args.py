@@ -10,6 +10,7 @@ defaults fill the rest.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -56,6 +57,8 @@ class ServerArgs:
     speculative_attention_mode: str = "prefill"
     random_seed: int | None = None
     log_level: str = "info"
+    #: SGLang's ``--api-key``: every endpoint but ``/health*`` and ``/metrics*`` wants it
+    api_key: str | None = None
 
     @property
     def cuda_graphs(self) -> bool:
@@ -117,6 +120,33 @@ def _value(values: dict[str, Any], name: str, default: Any) -> Any:
     return default
 
 
+def _with_config(argv: list[str]) -> list[str]:
+    """SGLang's ``--config FILE``: the file's keys become flags placed before the command
+    line's (which win). kctl writes the file as JSON, which is YAML; the simulator reads
+    JSON only (standard library)."""
+    if "--config" not in argv:
+        return argv
+    at = argv.index("--config")
+    if at + 1 >= len(argv):
+        raise ArgsError("No config file specified after --config flag!")
+    path = argv[at + 1]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ArgsError(f"cannot read config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ArgsError("Config file must contain a dictionary at root level")
+    config: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is True:
+            config.append(flag)
+        elif value is not False and value is not None:
+            config += [flag, str(value)]
+    return config + argv[:at] + argv[at + 2 :]
+
+
 def parse(argv: list[str], version: str = DEFAULT_SGLANG_VERSION) -> ServerArgs:
     """Parse server arguments with the parser of SGLang ``version`` (rebuilt from kctl's
     release table): what that release refuses (an unknown or removed flag, a value outside
@@ -127,6 +157,7 @@ def parse(argv: list[str], version: str = DEFAULT_SGLANG_VERSION) -> ServerArgs:
 
     try:
         rel = release(version)
+        argv = _with_config(argv)
         values = vars(rel.parser(kernel_choices(rel)).parse_args(argv))
     except UnknownRelease as exc:
         raise ArgsError(f"KCTL_SIM_SGLANG_VERSION: {exc}") from None

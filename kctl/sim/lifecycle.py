@@ -196,13 +196,11 @@ class Simulator:
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
         conn = http.client.HTTPConnection(host, self.args.port, timeout=600)
+        headers = {"Content-Type": "application/json"}
+        if self.args.api_key:  # as SGLang's warm-up does
+            headers["Authorization"] = f"Bearer {self.args.api_key}"
         try:
-            conn.request(
-                "POST",
-                "/generate",
-                body=json.dumps(_WARMUP_BODY),
-                headers={"Content-Type": "application/json"},
-            )
+            conn.request("POST", "/generate", body=json.dumps(_WARMUP_BODY), headers=headers)
             resp = conn.getresponse()
             resp.read()
             return resp.status == 200

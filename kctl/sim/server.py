@@ -7,6 +7,7 @@ Endpoints: ``/health`` ``/health_generate`` ``/get_model_info`` ``/model_info``
 
 from __future__ import annotations
 
+import hmac
 import json
 import sys
 from http import HTTPStatus
@@ -118,9 +119,25 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._route()
 
+    def _authorized(self, path: str) -> bool:
+        """SGLang's ``--api-key`` as its middleware applies it (``sglang.srt.utils.auth``):
+        with a key set, every request but ``/health*`` and ``/metrics*`` needs
+        ``Authorization: Bearer <key>`` (scheme case-insensitive, compared in constant
+        time); without one, everything is open."""
+        key = self.server.engine.args.api_key
+        if not key or path.startswith(("/health", "/metrics")):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode())
+
     def _route(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         engine = self.server.engine
+        if not self._authorized(path):
+            # SGLang's api key middleware: 401 before the body is read
+            self.close_connection = True
+            self._json(401, {"error": "Unauthorized"})
+            return
         try:
             body = self._body() if self.command in ("POST", "PUT") else {}
             if path in ("/health", "/health_generate"):

@@ -208,8 +208,8 @@ CASES: list[tuple[str, str, list[str]]] = [
         [
             "x.yaml: server: must be a mapping of model_path, served_model_name, host, port, tp, "
             "attention_backend, cuda_graphs, cuda_graph_max_bs, mem_fraction_static, "
-            "trust_remote_code, kv_cache_dtype, speculative, verify_kernel, extra_args, env "
-            "(got 5)"
+            "trust_remote_code, kv_cache_dtype, speculative, verify_kernel, extra_args, env, "
+            "secrets, api_key (got 5)"
         ],
     ),
     (

@@ -139,7 +139,8 @@ def _default(path: str) -> Any:
 
 def _plain(path: str, value: Any) -> Any:
     """A model default as YAML writes it: pair tuples are mappings, tuples are lists."""
-    if path.rsplit(".", 1)[-1] in ("env", "min_ratio_per_context", "weights"):
+    pairs = ("server.env", "server.secrets", "min_ratio_per_context", "weights")
+    if isinstance(value, tuple) and path.endswith(pairs):
         return dict(value)
     return list(value) if isinstance(value, tuple) else value
 

@@ -12,6 +12,7 @@ ones beyond a retention count.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Collection
 from pathlib import Path
@@ -27,8 +28,11 @@ from kctl.runtime.docker.spec import (
     LABEL_OWNER,
     LABEL_PORT,
     LABEL_SPEC_HASH,
+    api_key_file,
     run_spec,
 )
+from kctl.secrets import resolve, resolve_env
+from kctl.statedir import ensure_dir, write_new
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -99,14 +103,18 @@ class DockerRuntime:
         else create and start a new one. Does not wait for health."""
         wanted = run_spec(spec, spec.runtime or self.spec, owner=self.owner)
         wanted_hash = wanted["labels"][LABEL_SPEC_HASH]
+        self._write_api_key(spec, wanted["name"])
         with engine_errors(f"start {wanted['name']}"):
             image_id = self.client.images.get(wanted["image"]).id
-            reusable = self._reusable(wanted_hash, image_id)
+            # a stopped container keeps the secret values it was created with: with
+            # secrets, always a new one, so a rotated token is the one that runs
+            reusable = None if spec.secrets else self._reusable(wanted_hash, image_id)
             if reusable is not None:
                 reusable.start()
                 reusable.reload()
                 return self._instance(reusable, spec.deployment_id, reused=True)
             self._clear_name(wanted["name"])
+            wanted["environment"].update(resolve_env(spec.secrets))
             container = self.client.containers.create(**wanted)
             try:
                 container.start()
@@ -117,6 +125,15 @@ class DockerRuntime:
                 raise
             container.reload()
             return self._instance(container, spec.deployment_id, reused=False)
+
+    def _write_api_key(self, spec: LaunchSpec, name: str) -> None:
+        """The container's ``--config`` file with the API key read now (0600, in the state
+        dir; rewritten at each start, so a restarted container gets the current key)."""
+        if spec.api_key is None:
+            return
+        path = api_key_file(self.owner, name)
+        ensure_dir(path.parent)
+        write_new(path, json.dumps({"api-key": resolve(spec.api_key, "server.api_key")}).encode())
 
     def stop(self, instance: Instance, timeout_s: float) -> None:
         """SIGTERM, SIGKILL after ``timeout_s``; the container is kept (stopped). Idempotent."""

@@ -16,6 +16,7 @@ from typing import Any
 from kctl.errors import KctlError
 from kctl.profile.model import Profile, RuntimeSpec
 from kctl.runtime.base import LaunchSpec
+from kctl.secrets import describe
 
 #: labels kctl puts on every container it creates
 LABEL_MANAGED = "kctl.managed"
@@ -40,6 +41,20 @@ def container_name(profile_name: str, deployment_id: str) -> str:
     """``kctl-<profile>-<deployment-id>``, reduced to the characters docker accepts."""
     parts = (_NAME_UNSAFE.sub("-", p).strip("-.") for p in (profile_name, deployment_id))
     return "-".join(["kctl", *(p for p in parts if p)])
+
+
+#: where a container finds the ``--config`` file that holds its API key
+CONTAINER_CONFIG = "/run/kctl/sglang-config.yaml"
+
+
+def api_key_file(owner: str | None, name: str) -> Path:
+    """The host file (in the state dir, 0600) the container's API key is written to."""
+    if owner is None:
+        raise KctlError(
+            "server.api_key with the docker runtime needs kctl's state dir",
+            hint="run the container through kctl (deploy), which knows its state dir",
+        )
+    return Path(owner) / "secrets" / f"{name}.yaml"
 
 
 def device_requests(gpus: str | tuple[int, ...]) -> list[dict[str, Any]]:
@@ -75,18 +90,28 @@ def run_spec(
             f"deployment {launch.deployment_id}: no image to run",
             hint="the docker runtime needs the built image tag in LaunchSpec.image",
         )
+    name = name or container_name(launch.profile_name, launch.deployment_id)
+    command = list(launch.argv)
+    volumes = {
+        v.host: {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
+        for v in runtime.volumes
+    }
+    if launch.api_key is not None:
+        # the key reaches SGLang in a --config file, mounted read-only: never on the
+        # command line (`ps`, `docker inspect`'s Args)
+        volumes[str(api_key_file(owner, name))] = {"bind": CONTAINER_CONFIG, "mode": "ro"}
+        command += ["--config", CONTAINER_CONFIG]
     spec: dict[str, Any] = {
         "image": launch.image,
-        "command": list(launch.argv),
-        "name": name or container_name(launch.profile_name, launch.deployment_id),
-        "environment": dict(launch.env),
+        "command": command,
+        "name": name,
+        # secrets as references here (what plan shows, what the spec hash covers); the
+        # runtime puts the values in only when it creates the container
+        "environment": {**dict(launch.env), **{k: describe(r) for k, r in launch.secrets}},
         "network_mode": "host",
         "ipc_mode": "host",
         "shm_size": runtime.shm_size,
-        "volumes": {
-            v.host: {"bind": v.container, "mode": "ro" if v.read_only else "rw"}
-            for v in runtime.volumes
-        },
+        "volumes": volumes,
         "restart_policy": {"Name": "no"},
         # docker-init as PID 1: forwards SIGTERM to the server (a Python PID 1 without a
         # handler ignores it, so `docker stop` would wait out the timeout) and reaps the
