@@ -21,14 +21,16 @@ Example (``fleets/example.yaml``)::
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from kctl.profile.fields import Port
-from kctl.profile.rules import NonNegInt, PosFloat, PosInt, Str, says
+from kctl.profile.rules import NonNegInt, PosFloat, PosInt, Str, problem, says
 
 CONFIG = ConfigDict(extra="forbid")
 
@@ -50,6 +52,96 @@ ResourceName = Annotated[
     Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./]*$"),
     says("must be a resource name, e.g. 'NVIDIA-GPU'"),
 ]
+
+
+def _quantity(pattern: str, message: str) -> Any:
+    """A Kubernetes quantity as text (``cpu: 32`` in YAML is read as ``'32'``); zero refused."""
+    compiled = re.compile(pattern)
+
+    def check(value: Any) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str) or not compiled.match(text) or not re.search(r"[1-9]", text):
+            raise problem(message)
+        return text
+
+    return BeforeValidator(check)
+
+
+#: CPUs as Kubernetes counts them: whole or decimal cores, or millicores
+Cpu = Annotated[
+    str,
+    _quantity(
+        r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$",
+        "must be a CPU quantity above 0: cores ('32', '0.5') or millicores ('500m')",
+    ),
+]
+#: memory in bytes with a binary (Ki..Ei) or decimal (k..E) suffix
+Memory = Annotated[
+    str,
+    _quantity(
+        r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$",
+        "must be a memory quantity above 0, e.g. '512Gi' or '4Gi' (Ki, Mi, Gi, Ti binary; k, M, G, T decimal)",
+    ),
+]
+#: a container image reference, as ``docker pull`` takes it
+ImageRef = Annotated[
+    str,
+    Field(pattern=r"^[a-z0-9][-a-z0-9._/:@]*$"),
+    says("must be an image reference, e.g. 'registry.example.com/ml/sglang-router:0.3.2'"),
+]
+DnsLabel = Annotated[
+    str,
+    Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+    says("must be a namespace name: a DNS label of at most 63 of a-z, 0-9 and '-'"),
+]
+
+
+def _cidr(value: Any) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True)) if isinstance(value, str) else ""
+    except ValueError:
+        pass
+    raise problem(
+        "must be a CIDR block with its host bits zero, e.g. '10.0.0.0/8' or '192.168.1.7/32'"
+    )
+
+
+Cidr = Annotated[str, BeforeValidator(_cidr)]
+
+
+@dataclass(frozen=True, config=CONFIG)
+class ClientSpec:
+    """Who may reach the serving pods directly, beside the fleet's router: a namespace
+    (every pod in it) or an address block. One of the two per entry."""
+
+    namespace: DnsLabel | None = None
+    cidr: Cidr | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ClientSpec:
+        if (self.namespace is None) == (self.cidr is None):
+            raise ValueError(
+                "names one client: either namespace: NAME or cidr: BLOCK, not both or "
+                "neither; fix: one entry each, e.g. [{namespace: monitoring}, {cidr: 10.0.0.0/8}]"
+            )
+        return self
+
+
+@dataclass(frozen=True, config=CONFIG)
+class RouterSpec:
+    """The SGLang Model Gateway (``sglang-router``) the objects put in front of the
+    replicas: a Deployment that finds the serving pods through the Kubernetes API."""
+
+    #: the image that runs ``python3 -m sglang_router.launch_router``; None = the serving
+    #: image (SGLang's images install sglang-router), on the serving nodes, where it is pulled
+    image: ImageRef | None = None
+    replicas: PosInt = 1
+    #: the port clients send requests to (the router's Service)
+    port: Port = 30000
+    policy: Literal["cache_aware", "round_robin", "power_of_two", "random"] = "cache_aware"
+    #: CPU and memory of each router pod: requests = limits (Guaranteed QoS)
+    cpu: Cpu = "2"
+    memory: Memory = "4Gi"
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -126,6 +218,15 @@ class K8sSpec:
     node_label: NodeLabel | None = None
     #: the port the leader of a multi-node replica listens on for ``--dist-init-addr``
     dist_init_port: Port = 20000
+    #: CPU and memory of each serving pod, requests = limits (Guaranteed QoS: the last
+    #: evicted under node pressure). Required to render; memory must hold
+    #: ``runtime.shm_size`` (/dev/shm is memory) and the server's own
+    cpu: Cpu | None = None
+    memory: Memory | None = None
+    #: clients that may reach the serving pods directly (the NetworkPolicy); the router
+    #: always may. Empty: only the router
+    allowed_clients: tuple[ClientSpec, ...] = ()
+    router: RouterSpec = field(default_factory=RouterSpec)
 
 
 @dataclass(frozen=True, config=CONFIG)

@@ -10,7 +10,12 @@
 * ``Service`` ``<fleet>-canary``: Argo narrows its selector to the canary's pods, so the
   smoke check reaches the canary only.
 * ``AnalysisTemplate`` ``<fleet>-smoke``: a Job in the serving image that asks the canary
-  for ``/health_generate`` and ``smoke_requests`` greedy generations. kctl's gate (decode
+  for ``/health_generate`` and ``smoke_requests`` greedy generations. It runs on a node
+  that runs a pod of the candidate profile (required pod affinity on its hash label, and
+  the serving pods' node selector), where the image is already pulled: never a 15-30 GB
+  pull inside the Job's deadline; as nobody, Guaranteed (``SMOKE_CPU``, ``SMOKE_MEMORY``).
+  Its pods carry their own name label, so neither the fleet's Service, its router, its
+  disruption budget nor its network policy takes them for serving pods. kctl's gate (decode
   throughput per context against a live incumbent, the greedy-output comparison) is not in
   it: docs/kubernetes.md says where it would go.
 """
@@ -19,11 +24,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from kctl.k8s.pod import fingerprint_annotations, labels, selector
+from kctl.k8s.pod import (
+    fingerprint_annotations,
+    guaranteed,
+    labels,
+    least_privilege,
+    near,
+    node_selector,
+    selector,
+)
+from kctl.k8s.policy import smoke_selector
 from kctl.k8s.target import Target, seconds
 from kctl.k8s.workload import metadata, progress_deadline, rolling, service
 
 API = "argoproj.io/v1alpha1"
+#: the smoke Job's CPU and memory (requests = limits): python3 and a few HTTP requests
+SMOKE_CPU = "1"
+SMOKE_MEMORY = "1Gi"
 #: the smoke check, run with python3 in the serving image (SGLang needs it, so it is
 #: there): /health_generate, then greedy generations that must return text
 SMOKE = """\
@@ -47,11 +64,12 @@ def steps(target: Target) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"setWeight": 100 * fleet.rollout.canary // n}]
     if fleet.rollout.smoke_requests:
         out.append({"analysis": {"templates": [{"templateName": f"{fleet.name}-smoke"}]}})
-    pause = {"pause": {"duration": f"{seconds(fleet.rollout.monitor_s)}s"}}
+    pause = f"{seconds(fleet.rollout.monitor_s)}s"
     moved = fleet.rollout.canary
     while moved + fleet.rollout.parallelism < n:
         moved += fleet.rollout.parallelism
-        out += [{"setWeight": 100 * moved // n}, pause]
+        # a fresh dict per step: YAML writes one shared dict as an anchor and aliases
+        out += [{"setWeight": 100 * moved // n}, {"pause": {"duration": pause}}]
     return out
 
 
@@ -99,22 +117,30 @@ def analysis_template(target: Target) -> dict[str, Any]:
     fleet = target.fleet
     port = target.profile.server.port
     url = f"http://{canary_service_name(target)}.{fleet.k8s.namespace}.svc:{port}"
+    smoke_labels = {**labels(target), **smoke_selector(target), "kctl.role": "smoke"}
+    # the candidate's pods (its hash label): their node holds the image the Job runs
+    candidate = {**selector(target), "kctl.profile-hash": labels(target)["kctl.profile-hash"]}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "affinity": near(candidate, required=True),
+        "containers": [
+            {
+                "name": "smoke",
+                "image": target.image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python3", "-c", SMOKE, url, str(fleet.rollout.smoke_requests)],
+                "resources": guaranteed(SMOKE_CPU, SMOKE_MEMORY),
+                "securityContext": least_privilege(non_root=True),
+            }
+        ],
+    }
+    if pinned := node_selector(target):
+        pod_spec["nodeSelector"] = pinned
     job_pod = {
-        "metadata": {
-            "labels": {**labels(target), "kctl.role": "smoke"},
-            "annotations": fingerprint_annotations(target),
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "smoke",
-                    "image": target.image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["python3", "-c", SMOKE, url, str(fleet.rollout.smoke_requests)],
-                }
-            ],
-        },
+        "metadata": {"labels": smoke_labels, "annotations": fingerprint_annotations(target)},
+        "spec": pod_spec,
     }
     return {
         "apiVersion": API,
@@ -128,7 +154,7 @@ def analysis_template(target: Target) -> dict[str, Any]:
                     "failureLimit": 0,
                     "provider": {
                         "job": {
-                            "metadata": {"labels": {**labels(target), "kctl.role": "smoke"}},
+                            "metadata": {"labels": dict(smoke_labels)},
                             "spec": {
                                 "backoffLimit": 0,
                                 "activeDeadlineSeconds": 600,

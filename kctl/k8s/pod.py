@@ -8,10 +8,18 @@ Docker run spec -> pod:
 * ``shm_size`` -> ``/dev/shm`` as a memory-backed ``emptyDir`` of that size;
 * ``init: true`` (docker-init forwards SIGTERM and reaps SGLang's workers) ->
   ``shareProcessNamespace: true``: the pod's pause process is PID 1 and reaps, and the
-  server, no longer PID 1, dies on SIGTERM by default;
-* GPU device requests -> ``resources.limits[<gpu_resource>]`` (extended resources are
-  requested by their limit);
-* bind mounts -> ``hostPath`` volumes (the weights are on every node, as on the host);
+  server, no longer PID 1, dies on SIGTERM by default (a Python PID 1 ignores SIGTERM until
+  it installs a handler, which SGLang's HTTP server does after the model load). The pod
+  has one container, so the shared namespace shows it nothing but the pause process;
+* GPU device requests -> ``resources[<gpu_resource>]``; the fleet's ``k8s.cpu`` and
+  ``k8s.memory`` -> requests equal to limits, so the pod is Guaranteed (QoS);
+* bind mounts -> ``hostPath`` volumes of type ``Directory`` (the weights are on every
+  node, as on the host; a missing directory fails the pod instead of being created empty);
+  a mount that holds the model (``server.model_path``, the draft model) is read-only
+  whatever the profile says;
+* least privilege: no privilege escalation, every capability dropped, the runtime's
+  default seccomp profile. Not ``runAsNonRoot``: SGLang's images run as root and keep
+  their caches under ``/root``;
 * ``stop_timeout_s`` -> ``terminationGracePeriodSeconds``;
 * host networking, ``ipc=host`` and the memlock/stack ulimits are not rendered: the pod has
   its own network (a Service in front), ``/dev/shm`` replaces the host IPC namespace, and
@@ -123,8 +131,20 @@ def probes(target: Target) -> dict[str, dict[str, Any]]:
     }
 
 
+def holds_model(target: Target, container_path: str) -> bool:
+    """Whether a mount at ``container_path`` holds the model or the draft model."""
+    server = target.profile.server
+    spec = server.speculative
+    models = [server.model_path] + (
+        [spec.draft_model_path] if spec and spec.draft_model_path else []
+    )
+    root = container_path.rstrip("/") + "/"
+    return any(m == container_path or m.startswith(root) for m in models)
+
+
 def _volumes(target: Target) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(volumes, volumeMounts)``: /dev/shm, then the profile's bind mounts."""
+    """``(volumes, volumeMounts)``: /dev/shm, then the profile's bind mounts (``Directory``:
+    never created on the node; read-only when the profile says so or they hold the model)."""
     rt = target.profile.runtime
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": quantity(rt.shm_size)}}
@@ -132,10 +152,33 @@ def _volumes(target: Target) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     for i, v in enumerate(rt.volumes):
         name = f"vol-{i}"
-        kind = "Directory" if v.read_only else "DirectoryOrCreate"
-        volumes.append({"name": name, "hostPath": {"path": v.host, "type": kind}})
-        mounts.append({"name": name, "mountPath": v.container, "readOnly": v.read_only})
+        read_only = v.read_only or holds_model(target, v.container)
+        volumes.append({"name": name, "hostPath": {"path": v.host, "type": "Directory"}})
+        mounts.append({"name": name, "mountPath": v.container, "readOnly": read_only})
     return volumes, mounts
+
+
+def guaranteed(cpu: str, memory: str, extra: dict[str, int] | None = None) -> dict[str, Any]:
+    """``resources`` with requests equal to limits: the Guaranteed QoS class."""
+    amounts: dict[str, Any] = {"cpu": cpu, "memory": memory, **(extra or {})}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def least_privilege(*, non_root: bool = False) -> dict[str, Any]:
+    """A container's ``securityContext``: no setuid gain, no capability, the runtime's
+    seccomp profile; with ``non_root`` (the router, the smoke Job) also as nobody on a
+    read-only root filesystem, which the serving container cannot be (SGLang's images run
+    as root and write caches under /root). A fresh dict each call: YAML would otherwise
+    write one shared twice as an anchor and an alias."""
+    out: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if non_root:
+        out |= {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                "readOnlyRootFilesystem": True}  # fmt: skip
+    return out
 
 
 def container(target: Target, *, role: str) -> dict[str, Any]:
@@ -165,8 +208,11 @@ def container(target: Target, *, role: str) -> dict[str, Any]:
                 "protocol": "TCP",
             }
         )
-    if target.gpus_per_pod:
-        out["resources"] = {"limits": {target.fleet.k8s.gpu_resource: target.gpus_per_pod}}
+    k8s = target.fleet.k8s
+    assert k8s.cpu is not None and k8s.memory is not None  # resolve() refuses a fleet without
+    gpus = {k8s.gpu_resource: target.gpus_per_pod} if target.gpus_per_pod else {}
+    out["resources"] = guaranteed(k8s.cpu, k8s.memory, gpus)
+    out["securityContext"] = least_privilege()
     out["volumeMounts"] = mounts
     if role != "worker":
         out |= probes(target)
@@ -182,6 +228,20 @@ def node_selector(target: Target) -> dict[str, str]:
     return {key: value}
 
 
+def near(pods: dict[str, str], *, required: bool) -> dict[str, Any]:
+    """An ``affinity`` for the nodes that run pods labelled ``pods`` (their images pulled)."""
+    term = {"labelSelector": {"matchLabels": dict(pods)}, "topologyKey": "kubernetes.io/hostname"}
+    if required:
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    }
+
+
 def pod_template(
     target: Target, *, role: str, extra_labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -189,7 +249,12 @@ def pod_template(
     volumes, _ = _volumes(target)
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": seconds(target.profile.runtime.stop_timeout_s),
+        # docker's init: the pause process reaps, and SIGTERM ends a loading server (the
+        # module docstring); one container, so nothing else is visible across it
         "shareProcessNamespace": True,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # SGLang never calls the Kubernetes API: no token in the pod
+        "automountServiceAccountToken": False,
         "containers": [container(target, role=role)],
         "volumes": volumes,
     }

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from kctl.fleet.spec import FleetSpec
-from kctl.k8s import argo, names, workload
+from kctl.k8s import argo, names, policy, router, workload
 from kctl.k8s.target import NotExpressible, Target, resolve
 from kctl.profile.model import Profile
 
@@ -59,8 +59,9 @@ def dump(obj: dict[str, Any]) -> str:
 
 def render(profile: Profile, fleet: FleetSpec, *, with_argo: bool = False) -> Rendered:
     """The objects of ``profile`` on ``fleet``: the workload (Deployment, or a
-    LeaderWorkerSet when a replica spans nodes), its Service, and with ``with_argo`` the
-    Argo Rollouts canary. :class:`NotExpressible` (exit 2) when Kubernetes cannot say it."""
+    LeaderWorkerSet when a replica spans nodes), its Service, with ``with_argo`` the Argo
+    Rollouts canary, then the serving pods' PodDisruptionBudget and NetworkPolicy and the
+    router (:mod:`.router`). :class:`NotExpressible` (exit 2) when Kubernetes cannot say it."""
     target = resolve(profile, fleet)
     if with_argo and target.multi_node:
         raise NotExpressible(
@@ -81,6 +82,12 @@ def render(profile: Profile, fleet: FleetSpec, *, with_argo: bool = False) -> Re
         ]
     else:
         objects = [workload.deployment(target), workload.service(target)]
+    smoke = with_argo and fleet.rollout.smoke_requests > 0
+    objects += [
+        policy.disruption_budget(target),
+        policy.network_policy(target, with_smoke=smoke),
+        *router.objects(target),
+    ]
     problems = [line for obj in objects for line in names.problems(obj)]
     if problems:
         raise NotExpressible(problems)

@@ -14,7 +14,10 @@ Refused (:class:`NotExpressible`, exit 2), each with its fix:
 * a server bound to a loopback address: probes and the Service reach the pod's IP;
 * ``extra_args`` that set a multi-node flag kctl renders (``--nnodes`` and kin);
 * a profile name that cannot be a label value, a namespace that is not a DNS label, a
-  Kubernetes version older than the oldest whose schemas kctl's tests check.
+  Kubernetes version older than the oldest whose schemas kctl's tests check;
+* a fleet without ``k8s.cpu`` and ``k8s.memory`` (the pods would be BestEffort, the first
+  evicted), or with less memory than ``runtime.shm_size`` (``/dev/shm`` is memory charged
+  to the pod).
 """
 
 from __future__ import annotations
@@ -105,6 +108,40 @@ def _image(profile: Profile, fleet: FleetSpec) -> tuple[str, str] | str:
     return f"{fleet.k8s.registry}/{tag}", f"kctl build {tag}, pushed to {fleet.k8s.registry}"
 
 
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_UNITS |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DOCKER_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def memory_bytes(amount: str) -> float:
+    """A memory quantity the fleet model admitted (``512Gi``, ``4G``, ``1000``) in bytes."""
+    number = amount.rstrip("KMGTPEikmgtpe")
+    return float(number) * _UNITS[amount[len(number) :]]
+
+
+def _resource_problems(profile: Profile, fleet: FleetSpec) -> list[str]:
+    """Why the serving pods cannot be Guaranteed with the fleet's CPU and memory."""
+    k8s, src = fleet.k8s, fleet.source
+    missing = [key for key in ("cpu", "memory") if getattr(k8s, key) is None]
+    if missing:
+        return [
+            f"{src}: k8s.{' and k8s.'.join(missing)} not set: without CPU and memory requests "
+            "the pods are BestEffort, the first a node under pressure evicts; fix: set both "
+            "(requests = limits, Guaranteed QoS), e.g. k8s: {cpu: '32', memory: '512Gi'}"
+        ]
+    shm = profile.runtime.shm_size
+    assert k8s.memory is not None
+    digits = shm.rstrip("bkmgBKMG")  # a docker size: binary units, as --shm-size reads it
+    shm_bytes = int(digits) * _DOCKER_UNITS[shm[len(digits) :].lower()]
+    if memory_bytes(k8s.memory) <= shm_bytes:
+        return [
+            f"{src}: k8s.memory {k8s.memory} does not exceed {profile.source}'s runtime.shm_size "
+            f"{shm}: /dev/shm is memory charged to the pod; fix: k8s.memory above the shm "
+            "size plus the server's own (tokenizer, scheduler, pinned buffers)"
+        ]
+    return []
+
+
 def _gpus(profile: Profile, fleet: FleetSpec) -> int | str:
     """GPUs per pod, or why the fleet cannot give them."""
     gpus = profile.runtime.gpus
@@ -169,6 +206,7 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
         problems.append(f"{fleet.source}: k8s.gpu_resource: {fleet.k8s.gpu_resource!r} {why}")
     if why := _version_problem(fleet.k8s.version):
         problems.append(f"{fleet.source}: {why}")
+    problems += _resource_problems(profile, fleet)
     image = _image(profile, fleet)
     if isinstance(image, str):
         problems.append(f"{src}: {image}")

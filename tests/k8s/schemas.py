@@ -1,6 +1,7 @@
 """Offline validation of rendered objects, for the tests.
 
-Core kinds (Deployment, Service) go to ``kubernetes-validate`` with its strict schemas
+Core kinds (Deployment, Service, PodDisruptionBudget, NetworkPolicy, ServiceAccount, Role,
+RoleBinding) go to ``kubernetes-validate`` with its strict schemas
 (unknown fields refused) for the Kubernetes version the fleet names. The CRDs it does not
 know are checked in two parts: their envelope against the structural schema written in
 ``data/`` from the project's API reference, and every pod template inside them against the
@@ -19,7 +20,15 @@ import jsonschema
 import kubernetes_validate
 
 DATA = Path(__file__).parent / "data"
-CORE = {("apps/v1", "Deployment"), ("v1", "Service")}
+CORE = {
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+}
 
 
 @cache

@@ -41,15 +41,23 @@ def test_out_writes_one_valid_file_per_object(
     files = sorted(p.name for p in out.iterdir())
     assert files == [
         "kimi-k26-canary.service.yaml",
+        "kimi-k26-router.deployment.yaml",
+        "kimi-k26-router.poddisruptionbudget.yaml",
+        "kimi-k26-router.role.yaml",
+        "kimi-k26-router.rolebinding.yaml",
+        "kimi-k26-router.service.yaml",
+        "kimi-k26-router.serviceaccount.yaml",
         "kimi-k26-smoke.analysistemplate.yaml",
         "kimi-k26.deployment.yaml",
+        "kimi-k26.networkpolicy.yaml",
+        "kimi-k26.poddisruptionbudget.yaml",
         "kimi-k26.rollout.yaml",
         "kimi-k26.service.yaml",
     ]
     for path in out.iterdir():
         (doc,) = list(yaml.safe_load_all(path.read_text()))
         validate(doc, "1.31")
-    assert "wrote 5 objects for Kubernetes 1.31" in capsys.readouterr().out
+    assert "wrote 13 objects for Kubernetes 1.31" in capsys.readouterr().out
 
 
 def test_json_envelope(capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +67,10 @@ def test_json_envelope(capsys: pytest.CaptureFixture[str]) -> None:
     result = env["result"]
     assert result["kubernetes_version"] == "1.31" and result["workload"] == "LeaderWorkerSet"
     assert result["profile_hash"] == load_profile(KDTREE).content_hash
-    assert [o["kind"] for o in result["objects"]] == ["LeaderWorkerSet", "Service"]
+    assert [o["kind"] for o in result["objects"]] == [
+        "LeaderWorkerSet", "Service", "PodDisruptionBudget", "NetworkPolicy",
+        "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service",
+    ]  # fmt: skip
     assert result["files"] is None and result["manifests"][0]["kind"] == "LeaderWorkerSet"
 
 

@@ -47,7 +47,8 @@ def test_the_container_runs_what_the_docker_runtime_runs() -> None:
     assert c["args"][:2] == ["sglang", "serve"]
     assert {e["name"]: e["value"] for e in c["env"]} == dict(launch.env)
     assert c["image"] == "registry.example.com/ml/" + _tag(profile)
-    assert c["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+    amounts = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 8}  # the fleet's k8s block
+    assert c["resources"] == {"requests": amounts, "limits": amounts}
     assert pod["spec"]["shareProcessNamespace"] is True
     assert pod["spec"]["terminationGracePeriodSeconds"] == 60
     assert pod["spec"]["nodeSelector"] == {"kctl.fleet": "kimi-k26"}
@@ -113,7 +114,7 @@ def test_labels_carry_the_profile_and_the_fingerprint_kctl_stores() -> None:
 def test_a_multi_node_replica_is_a_leader_worker_set_with_the_release_flags() -> None:
     profile = load_profile(KDTREE)
     rendered = render(profile, load_fleet(MULTINODE))
-    lws, svc = rendered.objects
+    lws, svc = rendered.objects[:2]
     assert lws["kind"] == "LeaderWorkerSet" and lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     pods = _pods(rendered.objects)
@@ -122,7 +123,8 @@ def test_a_multi_node_replica_is_a_leader_worker_set_with_the_release_flags() ->
     multi = ["--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000", "--nnodes", "2", "--node-rank"]
     assert leader["args"] == [*base, *multi, "0"]
     assert worker["args"] == [*base, *multi, "$(LWS_WORKER_INDEX)"]
-    assert leader["resources"]["limits"] == worker["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert leader["resources"] == worker["resources"]
     # only the leader serves HTTP: probes and the Service are on the leader
     assert "readinessProbe" in leader and "readinessProbe" not in worker and "ports" not in worker
     assert svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
@@ -151,7 +153,7 @@ def test_the_rollout_block_becomes_the_rolling_update() -> None:
 def test_the_argo_canary_follows_the_rollout_block() -> None:
     profile = load_profile(KDTREE)
     objs = render(profile, load_fleet(EXAMPLE), with_argo=True).objects
-    dep, _, rollout, canary_svc, analysis = objs
+    dep, _, rollout, canary_svc, analysis = objs[:5]
     assert dep["spec"]["replicas"] == 0  # the Rollout owns the pods
     spec = rollout["spec"]
     assert spec["workloadRef"] == {
@@ -186,7 +188,9 @@ def test_no_smoke_requests_no_analysis() -> None:
         load_fleet(EXAMPLE), rollout=RolloutSpec(canary=1, smoke_requests=0)
     )
     objs = render(load_profile(KDTREE), fleet, with_argo=True).objects
-    assert [o["kind"] for o in objs] == ["Deployment", "Service", "Rollout", "Service"]
+    assert [o["kind"] for o in objs][:5] == [
+        "Deployment", "Service", "Rollout", "Service", "PodDisruptionBudget"
+    ]  # fmt: skip
     assert all("analysis" not in s for s in objs[2]["spec"]["strategy"]["canary"]["steps"])
 
 
@@ -269,7 +273,9 @@ def test_every_problem_is_listed_at_once(write: Callable[[str, str], str]) -> No
 
 
 def test_k8s_spec_defaults_render() -> None:
-    fleet = FleetSpec(kind="fleet", name="f", source="f.yaml", replicas=2, k8s=K8sSpec())
+    fleet = FleetSpec(
+        kind="fleet", name="f", source="f.yaml", replicas=2, k8s=K8sSpec(cpu="8", memory="64Gi")
+    )
     objs = render(load_profile(TRITON), fleet).objects
     assert (
         objs[0]["metadata"]["namespace"] == "default"

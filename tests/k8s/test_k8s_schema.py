@@ -56,8 +56,11 @@ def test_every_shipped_profile_on_every_fleet_validates(
     kinds = [o["kind"] for o in rendered.objects]
     expected = "LeaderWorkerSet" if spec.k8s.nodes_per_replica > 1 else "Deployment"
     assert kinds[:2] == [expected, "Service"]
-    if argo:
-        assert kinds[2:] == ["Rollout", "Service", "AnalysisTemplate"]
+    served = ["PodDisruptionBudget", "NetworkPolicy"]
+    gateway = ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+    gateway += ["PodDisruptionBudget"] if spec.k8s.router.replicas > 1 else []
+    canary = ["Rollout", "Service", "AnalysisTemplate"] if argo else []
+    assert kinds[2:] == canary + served + gateway
     used: list[str] = []
     for obj in rendered.objects:
         used += validate(obj, spec.k8s.version)
