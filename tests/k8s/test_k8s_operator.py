@@ -128,7 +128,8 @@ def test_every_pod_template_is_guaranteed(which: str, request: pytest.FixtureReq
             assert res["requests"] == res["limits"], where
             assert {"cpu", "memory"} <= set(res["limits"]), where
             seen += 1
-    assert seen >= (3 if which == "single" else 3)  # serving, smoke/worker, router
+    # single (--argo): serving, smoke Job, router; multi: leader, worker, router
+    assert seen == 3
 
 
 def test_the_serving_pods_get_the_fleets_cpu_and_memory(single: Rendered) -> None:
