@@ -6,13 +6,15 @@ Exit codes: 0 ok/promoted · 2 invalid input · 3 candidate rejected, baseline r
 130 interrupted before any change · 1 internal error.
 
 The package: :mod:`.app` (the Typer app, global options, the shared context and output),
-:mod:`.commands` (one function per command, registered on import) and :mod:`.entry`
+:mod:`.commands` (one function per command, registered on import; `kctl report` in
+:mod:`.report`) and :mod:`.entry`
 (:func:`main`, argument hoisting, error reporting).
 """
 
 from __future__ import annotations
 
 from kctl.cli import commands as _commands  # noqa: F401 - registers the commands on the app
+from kctl.cli import report as _report  # noqa: F401 - registers `kctl report`
 from kctl.cli.app import CliReporter, app
 from kctl.cli.entry import command_name, hoist_globals, main
 

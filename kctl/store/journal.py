@@ -28,6 +28,7 @@ def _step(row: sqlite3.Row) -> JournalStep:
         ts_epoch=row["ts_epoch"],
         note=row["note"],
         closed_at=row["closed_at"],
+        closed_ts=row["closed_ts"],
     )
 
 

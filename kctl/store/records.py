@@ -111,6 +111,19 @@ class Deployment:
 
 
 @dataclass(frozen=True)
+class StoredMeasurement:
+    """One row of the measurements table: a gate workload measured against one server."""
+
+    id: int
+    #: the deployment measured; None for a measurement kept without one
+    deployment_id: str | None
+    fingerprint: str
+    created_ts: float
+    #: ``Measurement.to_dict()``
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class JournalStep:
     """One host-changing step of a transaction: its intent, then how it ended."""
 
@@ -123,6 +136,8 @@ class JournalStep:
     ts_epoch: float
     note: str | None = None
     closed_at: str | None = None
+    #: epoch seconds the step was closed; None while it is open
+    closed_ts: float | None = None
 
 
 @dataclass(frozen=True)

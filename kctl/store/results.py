@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from kctl.store.records import Clock, Deployment, to_json
+from kctl.store.records import Clock, Deployment, StoredMeasurement, to_json
 
 
 class ResultsMixin:
@@ -71,6 +71,39 @@ class ResultsMixin:
         if row is None:
             return None
         return json.loads(row["data_json"]), float(row["created_ts"])
+
+    def measurements(
+        self, profile_hash: str, *, until_ts: float | None = None, limit: int = 100
+    ) -> list[StoredMeasurement]:
+        """The measurements of the profile with this hash, newest first, at most ``limit``;
+        with ``until_ts`` only those made at or before it (the one a past gate used)."""
+        bound = float("inf") if until_ts is None else until_ts
+        rows = self._conn.execute(
+            """SELECT id, deployment_id, fingerprint, created_ts, data_json FROM measurements
+            WHERE profile_hash = ? AND created_ts <= ? ORDER BY created_ts DESC, id DESC
+            LIMIT ?""",
+            (profile_hash, bound, limit),
+        ).fetchall()
+        return [
+            StoredMeasurement(
+                id=int(r["id"]),
+                deployment_id=r["deployment_id"],
+                fingerprint=r["fingerprint"],
+                created_ts=float(r["created_ts"]),
+                data=json.loads(r["data_json"]),
+            )
+            for r in rows
+        ]
+
+    def gate_result_at(self, deployment_id: str) -> tuple[dict[str, Any], float] | None:
+        """The latest gate result of this deployment with the epoch seconds it was stored."""
+        did = self.get_deployment(deployment_id).id
+        row = self._conn.execute(
+            "SELECT data_json, created_ts FROM gate_results WHERE deployment_id = ? "
+            "ORDER BY created_ts DESC, id DESC LIMIT 1",
+            (did,),
+        ).fetchone()
+        return None if row is None else (json.loads(row[0]), float(row[1]))
 
     def save_gate_result(self, deployment_id: str, data: Mapping[str, Any]) -> int:
         """Store the gate's result (summary, verdict, reason) for a deployment."""

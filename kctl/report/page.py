@@ -1,0 +1,119 @@
+"""The report as one self-contained HTML page: the template ``kctl/templates/report.html.j2``
+filled with the data and the charts' specifications, and the Vega, Vega-Lite and vega-embed
+JavaScript inlined (bundled by ``vl-convert-python``), so the file opens with no network."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from kctl.report import charts
+
+if TYPE_CHECKING:
+    from kctl.report.data import ReportData
+
+
+@functools.lru_cache(maxsize=1)
+def vega_bundle() -> str:
+    """Vega, Vega-Lite (the version altair writes) and vega-embed as one script."""
+    import altair as alt
+    import vl_convert as vlc
+
+    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
+    # None: the default snippet, which sets window.vegaEmbed/vega/vegaLite (the stub
+    # types the argument str; the function documents None as its default)
+    script: str = vlc.javascript_bundle(None, vl_version=f"v{major}_{minor}")  # type: ignore[arg-type]
+    # a literal end tag would end the inline <script> early
+    return script.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+
+
+def verdict_sentence(data: ReportData) -> str:
+    """The verdict and its reason in one sentence, or why there is none."""
+    dep = data.deployment
+    if data.gate is None:
+        why = data.missing[0] if data.missing else "no gate result is stored"
+        return f"No gate verdict for {dep.profile_name}: {why}."
+    v = data.gate.verdict
+    what = {
+        "promoted": "was promoted and serves",
+        "rejected": "was rejected and the known-good baseline restored",
+        "degraded": "was rejected, and restoring the baseline failed (DEGRADED)",
+        "aborted": "was rejected, and the revert was interrupted (DEGRADED)",
+    }.get(dep.status, f"ended {dep.status}")
+    return f"{v.verdict}: {dep.profile_name} {what}, because {v.reason}."
+
+
+def _probes(data: ReportData) -> dict[str, Any] | None:
+    if data.gate is None or data.gate.verdict.correctness is None:
+        return None
+    corr = data.gate.verdict.correctness
+    return {
+        "checked": corr.checked,
+        "allowed": corr.allowed,
+        "passed": corr.passed,
+        "mismatches": [m.describe() for m in corr.mismatches],
+        "outputs": [
+            {
+                "index": p.index,
+                "tokens": len(p.output_ids),
+                "error": p.error,
+            }
+            for p in data.gate.candidate.probes
+        ],
+    }
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 90:
+        return f"{seconds / 60:.1f} min ({seconds:.0f} s)"
+    return f"{seconds:.1f} s"
+
+
+def render(data: ReportData) -> str:
+    """The page's HTML."""
+    import jinja2
+
+    from kctl import __version__
+    from kctl.gate.report import gate_rows, summary_lines
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kctl", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["secs"] = _fmt_s
+    specs: list[tuple[str, str, dict[str, Any]]] = []
+    for key, title, spec in (
+        ("rates", "Decode rate", charts.rate_chart(data)),
+        ("ratio", "Ratio", charts.ratio_chart(data)),
+    ):
+        if spec is not None:
+            specs.append((key, title, spec))
+    latency = charts.latency_charts(data)
+    accept = charts.accept_chart(data)
+    timeline = charts.timeline_chart(data)
+    trend = charts.history_chart(data)
+    verdict = data.gate.verdict if data.gate is not None else None
+    return env.get_template("report.html.j2").render(
+        data=data,
+        dep=data.deployment,
+        sentence=verdict_sentence(data),
+        crossover=charts.crossover_label(data),
+        main_charts=specs,
+        latency=latency,
+        accept=accept,
+        timeline=timeline,
+        trend=trend,
+        rows=gate_rows(verdict) if verdict is not None else [],
+        summary=summary_lines(verdict) if verdict is not None else [],
+        probes=_probes(data),
+        changed=[r for r in data.diff if r.changed],
+        unchanged=[r for r in data.diff if not r.changed],
+        gate_total=dict(verdict.timings).get("total") if verdict is not None else None,
+        vega_js=vega_bundle(),
+        version=__version__,
+    )
