@@ -133,6 +133,8 @@ def deploy_text(result: dict[str, Any], *, reason: bool = True) -> str:
         lines.append(
             "  timings (wall clock): " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
         )
+    if result.get("report"):
+        lines.append(f"  report: {result['report']}")
     for w in result.get("warnings") or []:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
@@ -181,6 +183,9 @@ def status_text(report: dict[str, Any]) -> str:
             )
         if report.get("last_gate_table"):
             lines += [report["last_gate_table"]]
+    page = report.get("report")
+    if page:
+        lines += ["", f"report: {page['path']} (deployment {page['deployment']})"]
     for server in report.get("unmanaged") or []:
         lines.append(f"! {server['note']}")
     for problem in report.get("problems") or []:

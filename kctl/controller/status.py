@@ -33,6 +33,8 @@ class StatusReport:
     problems: list[str] = field(default_factory=list)
     #: the last gate table's rows as data (see :func:`kctl.gate.report.gate_rows`)
     last_gate_rows: list[dict[str, Any]] | None = None
+    #: the newest deploy's HTML report (``deployment``, ``path``), None when none was written
+    report: dict[str, str] | None = None
 
     @property
     def needs_attention(self) -> bool:
@@ -94,6 +96,7 @@ def status(ctx: Context) -> StatusReport:
         if known is not None:
             report.known_good = _dep_summary(known, (report.serving or {}).get("id"))
         _last_gate(ctx, report, store)
+        report.report = _last_report(ctx, store)
         _host(ctx, report, store)
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
@@ -260,6 +263,17 @@ def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
     if table is not None:
         report.last_gate_table = noted(ctx.backend, _profile_or_none(gate_dep), table)
     report.last_gate_rows = rows
+
+
+def _last_report(ctx: Context, store: Store) -> dict[str, str] | None:
+    """The report ``kctl deploy`` wrote for the newest deploy, when the file is there."""
+    from kctl.report import report_path
+
+    latest = store.list_deployments(limit=1, kinds=("deploy",))
+    if not latest:
+        return None
+    path = report_path(ctx.state_dir, latest[0].id)
+    return {"deployment": latest[0].id, "path": str(path)} if path.is_file() else None
 
 
 def _profile_or_none(deployment: Any) -> Profile | None:
