@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from kdtree_mla import api  # noqa: E402
+from kdtree_mla import _diag, api  # noqa: E402
 from kdtree_mla_testing.inputs import KV_DTYPES, make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
 
@@ -198,11 +198,21 @@ class Case:
         self.outs = [
             torch.empty(t, h, 512, dtype=torch.bfloat16, device="cuda") for _ in self.layers
         ]
-        self.ws = api.VerifyWorkspace(
-            max_batch=b, max_tokens=t, num_heads=h, device="cuda", num_ctas=num_ctas
-        )
+        self.num_ctas = num_ctas
+        self.ws = self.workspace()
         self.kv_bytes = base.kv_bytes()
         self.flops = d * h * (sum(prefixes) + b * d) * (576 + 512) * 2
+
+    def workspace(self, split_combine=False):
+        """A workspace for this case's calls (the case's own is ``self.ws``)."""
+        return api.VerifyWorkspace(
+            max_batch=self.b,
+            max_tokens=self.b * self.d,
+            num_heads=self.h,
+            device="cuda",
+            num_ctas=self.num_ctas,
+            split_combine=split_combine,
+        )
 
     def ours(self, i, ws=None):
         """Layer i's call, on the case's workspace unless `ws` is given."""
@@ -428,7 +438,7 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
         num_ctas=args.num_ctas or None,
         kv_dtype=KV_DTYPES[args.kv_dtype],
     )
-    case.ws.force_variant = args.force_variant
+    _diag.set_force_variant(case.ws, args.force_variant)
     floor_us = case.kv_bytes / bw * 1e6
     row = {
         "B": b,
@@ -470,9 +480,9 @@ def time_case(args, ci, shape, bw, mma, flush, triton_fn) -> dict:
     # The same calls merging in the combine kernel (split_combine: the path of grids wider
     # than the SM count) instead of the fused merge, side by side.
     row["fused"] = case.ws.fused
-    case.ws.split_combine = 1
-    row["split_graph_us"] = time_modes(case.ours, case.n_layers, args.reps)[0]
-    case.ws.split_combine = 0
+    split = case.workspace(split_combine=True)
+    _diag.set_force_variant(split, args.force_variant)
+    row["split_graph_us"] = time_modes(lambda i: case.ours(i, split), case.n_layers, args.reps)[0]
     row["host_us"] = host_path_us(case)
     row["host_burst_us"] = host_burst_us(case)
     if triton_fn is not None:

@@ -57,8 +57,7 @@ def probe_kernel(gpu: int | None = None) -> tuple[str | None, tuple[int, ...] | 
     try:
         from kdtree_mla import api
 
-        load = getattr(api, "load", None) or api._load_ext
-        load()
+        api.load()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}", None
     archs: tuple[int, ...] | None = None

@@ -290,17 +290,6 @@ def test_cuda_graph_capture_then_replay_with_new_lengths_indices_and_masks(tb: A
         assert rel_err(o_graph, o_eager.double()) < 1e-3, "replay differs from eager"
 
 
-@needs_gpu
-def test_eligibility_constants_match_the_kernel_api() -> None:
-    from kdtree_mla import api
-    from kdtree_mla.sglang import eligibility
-
-    assert eligibility.HEAD_DIM_QK == api.HEAD_DIM_QK
-    assert eligibility.HEAD_DIM_V == api.HEAD_DIM_V
-    assert eligibility.MAX_DRAFT == api.MAX_DRAFT
-    assert tuple(eligibility.SUPPORTED_HEADS) == tuple(api.SUPPORTED_HEADS)
-
-
 PROBE = """
 import json, os, site, sys
 site.addsitedir(sys.argv[1])

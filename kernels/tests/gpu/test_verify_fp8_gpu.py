@@ -50,7 +50,9 @@ def workspace(inp, *, num_ctas=None, variant=0):
         device="cuda",
         num_ctas=num_ctas,
     )
-    ws.force_variant = variant
+    from kdtree_mla import _diag
+
+    _diag.set_force_variant(ws, variant)
     return ws
 
 
@@ -378,7 +380,28 @@ def test_fp8_bad_arguments_raise_with_a_message():
             4,
             inp.sm_scale,
             workspace=ws,
+            k_descale=1.0,
+            v_descale=1.0,
         )
+    # An fp8 pool without its descales: refused by name (a silent 1.0 would misscale K).
+    o = torch.empty(4, 8, 512, dtype=torch.bfloat16, device="cuda")
+    args = (inp.q, inp.k_extend, inp.v_extend, o, inp.k_buffer, inp.k_buffer[..., :512])
+    args += (inp.qo_indptr, inp.kv_indptr, inp.kv_indices, inp.custom_mask, True)
+    args += (inp.mask_indptr, 4, inp.sm_scale)
+    with pytest.raises(ValueError, match="k_descale and v_descale: an fp8 KV pool"):
+        api().extend_attention_fwd(*args, workspace=ws)
+    with pytest.raises(ValueError, match="^v_descale: an fp8 KV pool"):
+        api().extend_attention_fwd(*args, workspace=ws, k_descale=1.0)
+    with pytest.raises(ValueError, match=r"v_descale: an fp8 KV pool \(torch.float8_e4m3fn\)"):
+        raw = inp.k_buffer.view(torch.uint8)
+        api().extend_attention_fwd(
+            *args[:4], raw, raw[..., :512], *args[6:], workspace=ws, kv_dtype=FP8["e4m3"]
+        )
+    # The extension's own entry point refuses it too.
+    ext = api().load()
+    params = api().VerifyParams(*args[:10], inp.mask_indptr, inp.sm_scale, None, ws)
+    with pytest.raises(ValueError, match="k_descale: an fp8 KV pool needs its descale"):
+        ext.verify_fwd(*params[:13], ws._handle, None, None, 0)
     bf = make_inputs([100], [4], 8, device="cuda", seed=fresh_seed())
     with pytest.raises(ValueError, match="bfloat16 KV pool takes no descale"):
         run(bf, workspace(bf), k_descale=0.5)

@@ -37,6 +37,12 @@ def api():
     return _api
 
 
+def force_variant(ws, index: int) -> None:
+    from kdtree_mla import _diag
+
+    _diag.set_force_variant(ws, index)
+
+
 def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False, out=None):
     """One call into `out` (default: a new NaN-filled [T, H, 512] tensor); returns (o, lse)."""
     t, h = inp.num_tokens, inp.num_heads
@@ -89,13 +95,14 @@ def check(inp, ws, *, lse: bool = True):
     return err
 
 
-def workspace(inp, *, num_ctas=None, min_blocks=None, max_batch=None):
+def workspace(inp, *, num_ctas=None, min_blocks=None, max_batch=None, split_combine=False):
     ws = api().VerifyWorkspace(
         max_batch=max_batch or len(inp.prefix_lens),
         max_tokens=max(inp.num_tokens, 1),
         num_heads=inp.num_heads,
         device="cuda",
         num_ctas=num_ctas,
+        split_combine=split_combine,
     )
     if min_blocks is not None:
         ws.min_blocks_per_cta = min_blocks
@@ -224,10 +231,11 @@ def variant_index(name: str) -> int:
 def refused_if_too_big(inp, ws) -> bool:
     """A forced variant the device's shared memory cannot fit is refused with an error, not
     run: asserts that and returns True; False when the workspace's variant fits (0 always)."""
-    from kdtree_mla import _C
+    from kdtree_mla import _C, _diag
 
     optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 232448)
-    if ws.force_variant == 0 or _C.VARIANTS[ws.force_variant][1] <= optin:
+    forced = _diag.force_variant(ws)
+    if forced == 0 or _C.VARIANTS[forced][1] <= optin:
         return False
     with pytest.raises(RuntimeError, match="launch failed"):
         run_kernel(inp, ws)
@@ -250,12 +258,12 @@ def test_every_kernel_variant(variant, heads):
         [0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], heads, device="cuda", seed=fresh_seed()
     )
     ws = workspace(inp, num_ctas=37, min_blocks=1)
-    ws.force_variant = variant
+    force_variant(ws, variant)
     if refused_if_too_big(inp, ws):
         return
     check(inp, ws)
     ws2 = workspace(inp)
-    ws2.force_variant = variant
+    force_variant(ws2, variant)
     check(inp, ws2)
 
 
@@ -269,7 +277,7 @@ def test_merge_tickets(prefix, variant):
     after each call."""
     inp = make_inputs([prefix], [4], 8, device="cuda", seed=fresh_seed())
     ws = workspace(inp)
-    ws.force_variant = variant_index(variant)
+    force_variant(ws, variant_index(variant))
     if refused_if_too_big(inp, ws):
         return
     check(inp, ws)
@@ -293,7 +301,7 @@ def test_rising_logits_rescale_the_output(variant, heads):
         [23000, 700, 5000], [4, 3, 4], heads, device="cuda", seed=fresh_seed(), q_scale=6.0
     )
     ws = workspace(inp)
-    ws.force_variant = variant_index(variant)
+    force_variant(ws, variant_index(variant))
     if not refused_if_too_big(inp, ws):
         check(inp, ws)
 
@@ -351,7 +359,7 @@ def assert_merge_state(ws, calls: int) -> None:
 )
 def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads, num_ctas):
     """The default grid (one CTA per SM) merges cut segments inside the main kernel; the same
-    call with split_combine uses the combine kernel. Both match the reference, agree with each
+    call on a split_combine workspace uses the combine kernel. Both match the reference, agree with each
     other, and the fused calls leave the merge's handshake ready for the next call."""
     inp = make_inputs(prefix, draft, heads, device="cuda", seed=fresh_seed())
     ws = workspace(inp, num_ctas=num_ctas)
@@ -360,14 +368,14 @@ def test_fused_merge_and_combine_kernel_agree(prefix, draft, heads, num_ctas):
     o_fused, lse_fused = run_kernel(inp, ws)
     torch.cuda.synchronize()
     assert_merge_state(ws, calls=2)
-    ws.split_combine = 1
-    assert not ws.fused
-    check(inp, ws)
-    o_split, lse_split = run_kernel(inp, ws)
+    split = workspace(inp, num_ctas=num_ctas, split_combine=True)
+    assert split.split_combine and not split.fused
+    check(inp, split)
+    o_split, lse_split = run_kernel(inp, split)
     torch.cuda.synchronize()
     assert rel_err(o_fused, o_split.double()) < 2e-3
     assert float((lse_fused - lse_split).abs().max()) < 1e-3
-    assert_merge_state(ws, calls=2)  # the combine kernel leaves it alone
+    assert_merge_state(split, calls=0)  # the combine kernel leaves the handshake alone
 
 
 def test_fused_merge_only_where_the_grid_fits_one_cta_per_sm():
@@ -425,7 +433,7 @@ def test_schedule_plans_follow_every_key_field(variant):
         inp = make_inputs([prefix], [draft], 8, device="cuda", seed=fresh_seed(), tree=tree)
         if ws is None:
             ws = api().VerifyWorkspace(max_batch=1, max_tokens=4, num_heads=8, device="cuda")
-            ws.force_variant = variant_index(variant)
+            force_variant(ws, variant_index(variant))
             assert ws.fused and not plan_kept(ws)
         ws.min_blocks_per_cta = min_blocks
         check(inp, ws)
@@ -455,8 +463,7 @@ def test_no_plan_for_batches_or_the_combine_kernel():
     check(inp, ws)
     assert not plan_kept(ws)
     one = make_inputs([5700], [4], 8, device="cuda", seed=fresh_seed())
-    ws = workspace(one)
-    ws.split_combine = 1
+    ws = workspace(one, split_combine=True)
     check(one, ws)
     assert not plan_kept(ws)
 

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "kernels", "bench"))
 
 import bench_verify as bv  # noqa: E402
 import torch  # noqa: E402
-from kdtree_mla import _C  # noqa: E402
+from kdtree_mla import _C, _diag  # noqa: E402
 
 NAMES = {
     11: "default",
@@ -60,7 +60,7 @@ def main():
             got = {v: [] for v in vs}
             for p in range(2):
                 for v in vs if p == 0 else vs[::-1]:
-                    case.ws.force_variant = v
+                    _diag.set_force_variant(case.ws, v)
                     got[v].append(bv.graph_us(case.ours, case.n_layers, a.reps))
             floor = case.kv_bytes / bw * 1e6
             for v in vs:

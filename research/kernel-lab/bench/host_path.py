@@ -23,7 +23,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kdtree_mla import api  # noqa: E402
+from kdtree_mla import _diag, api  # noqa: E402
 from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
 
 
@@ -64,14 +64,14 @@ def main():
     res["noop"] = median_us(lambda: ext.variant_for_device(0))
     # The binding's parts: launch_parts 0 launches nothing; split_combine makes the launches
     # plain (not cooperative). Restored below.
-    ws.launch_parts = 0
+    _diag.set_launch_parts(ws, 0)
     res["binding_no_launch"] = median_us(lambda: ext.verify_fwd(*bargs))
-    ws.split_combine = 1
-    ws.launch_parts = 1
+    _diag.set_split_combine(ws, True)
+    _diag.set_launch_parts(ws, _diag.MAIN_ONLY)
     res["binding_plain_main"] = median_us(lambda: ext.verify_fwd(*bargs))
-    ws.launch_parts = 3
+    _diag.set_launch_parts(ws, _diag.ALL_PARTS)
     res["binding_plain_two"] = median_us(lambda: ext.verify_fwd(*bargs))
-    ws.split_combine = 0
+    _diag.set_split_combine(ws, False)
     res["binding_again"] = median_us(lambda: ext.verify_fwd(*bargs))
 
     def burst():
@@ -79,10 +79,10 @@ def main():
             call()
 
     res["burst_per_call"] = median_us(burst, reps=50) / 61
-    ws.launch_parts = 3 | 4
+    _diag.set_launch_parts(ws, _diag.ALL_PARTS | 4)
     res["no_pdl"] = median_us(call)
     res["burst_per_call_no_pdl"] = median_us(burst, reps=50) / 61
-    ws.launch_parts = 3
+    _diag.set_launch_parts(ws, _diag.ALL_PARTS)
     for k, v in res.items():
         print(f"{k:24s} {v:8.2f} us")
 

@@ -289,9 +289,11 @@ def main():
         # The default's loads-only twin (traits.h kVariants 12, H200 default 11 only): our
         # kernel with the math skipped but the front, the epilogue and the merge kept.
         if _C.variant_for_device(torch.cuda.current_device()) == 11:
-            case.ws.force_variant = 12
+            from kdtree_mla import _diag
+
+            _diag.set_force_variant(case.ws, 12)
             row["ours_loads_only_graph_us"] = warm_graph_us(case.ours, case.n_layers, args.reps)
-            case.ws.force_variant = 0
+            _diag.set_force_variant(case.ws, 0)
         best = min(row["gather_graph_us"])
         res["cases"].append(row)
         print(

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from bench_verify import Case, pick_cases  # noqa: E402
-from kdtree_mla import api  # noqa: E402
+from kdtree_mla import _diag, api  # noqa: E402
 
 KEYS = (
     "gap",
@@ -280,12 +280,13 @@ def main():
         n = min(case.n_layers, args.layers)
         wss, bufs = [], []
         for _ in range(n):
-            ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
-            ws.force_variant = variant
-            ws.split_combine = int(args.split)
-            ws.trace = torch.zeros(rows, slots, dtype=torch.int64, device="cuda")
+            ws = api.VerifyWorkspace(
+                max_batch=b, max_tokens=b * d, num_heads=h, device="cuda", split_combine=args.split
+            )
+            _diag.set_force_variant(ws, variant)
+            _diag.set_trace(ws, torch.zeros(rows, slots, dtype=torch.int64, device="cuda"))
             wss.append(ws)
-            bufs.append(ws.trace)
+            bufs.append(_diag.trace(ws))
 
         for i in range(n):
             evict()

@@ -9,7 +9,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kdtree_mla import api  # noqa: E402
+from kdtree_mla import _diag, api  # noqa: E402
 from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
 
 b, h, d, prefix = (int(x) for x in sys.argv[1:5])
@@ -17,7 +17,7 @@ layers = [
     make_inputs([prefix] * b, [d] * b, h, device="cuda", seed=i, spare_slots=16) for i in range(8)
 ]
 ws = api.VerifyWorkspace(max_batch=b, max_tokens=b * d, num_heads=h, device="cuda")
-ws.force_variant = int(os.environ.get("KDTREE_FORCE_VARIANT", "0"))
+_diag.set_force_variant(ws, int(os.environ.get("KDTREE_FORCE_VARIANT", "0")))
 if len(sys.argv) > 5:
     ws.min_blocks_per_cta = int(sys.argv[5])
 o = torch.empty(b * d, h, 512, dtype=torch.bfloat16, device="cuda")
