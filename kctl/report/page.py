@@ -98,12 +98,19 @@ def render(data: ReportData) -> str:
     timeline = charts.timeline_chart(data)
     trend = charts.history_chart(data)
     verdict = data.gate.verdict if data.gate is not None else None
+    # chart element id -> spec, in page order; the page's script embeds each
+    by_id: dict[str, dict[str, Any]] = {f"chart-{key}": spec for key, _, spec in specs}
+    by_id.update({f"chart-{key}": spec for key, spec in latency})
+    for key, extra in (("accept", accept), ("timeline", timeline), ("history", trend)):
+        if extra is not None:
+            by_id[f"chart-{key}"] = extra
     return env.get_template("report.html.j2").render(
         data=data,
         dep=data.deployment,
         sentence=verdict_sentence(data),
         crossover=charts.crossover_label(data),
         main_charts=specs,
+        specs=by_id,
         latency=latency,
         accept=accept,
         timeline=timeline,
