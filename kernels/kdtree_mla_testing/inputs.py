@@ -15,6 +15,7 @@ from kdtree_mla_testing.ref import (
     random_tree_parents,
     tree_mask_from_parents,
     verify_attention_ref,
+    verify_attention_torch,
 )
 
 __all__ = ["KV_DTYPES", "VerifyInputs", "make_inputs"]
@@ -70,6 +71,24 @@ class VerifyInputs:
             self.mask_indptr,
             self.sm_scale,
             dtype,
+            k_descale=self.k_descale,
+            v_descale=self.v_descale,
+        )
+
+    def torch_output(self) -> torch.Tensor:
+        """o of plain PyTorch at the inputs' precision (``ref.verify_attention_torch``)."""
+        return verify_attention_torch(
+            self.q,
+            self.k_extend,
+            self.v_extend,
+            self.k_buffer,
+            self.v_buffer,
+            self.qo_indptr,
+            self.kv_indptr,
+            self.kv_indices,
+            self.custom_mask,
+            self.mask_indptr,
+            self.sm_scale,
             k_descale=self.k_descale,
             v_descale=self.v_descale,
         )

@@ -2,7 +2,8 @@
 
 ``verify_attention_ref`` computes exactly what the kernel computes, in float64 by default,
 from the inputs of a :class:`kdtree_mla.api.VerifyParams` (all but the outputs and the
-workspace). The mask helpers build the SGLang tree-mask layout: request b's mask is
+workspace); ``verify_attention_torch`` computes it as plain PyTorch does in the inputs'
+precision (bf16), whose error is the yardstick of the kernel's. The mask helpers build the SGLang tree-mask layout: request b's mask is
 ``[D_b, P_b + D_b]`` row-major, starting at ``mask_indptr[b]``; prefix columns are all visible;
 draft column j is visible to draft row i when j is i or an ancestor of i.
 """
@@ -17,6 +18,7 @@ __all__ = [
     "random_tree_parents",
     "tree_mask_from_parents",
     "verify_attention_ref",
+    "verify_attention_torch",
 ]
 
 
@@ -154,3 +156,54 @@ def verify_attention_ref(
         o[q0:q1] = torch.einsum("dhl,lv->dhv", prob, v)
         lse[q0:q1] = row_lse
     return o, lse
+
+
+def verify_attention_torch(
+    q: torch.Tensor,
+    k_extend: torch.Tensor,
+    v_extend: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
+    sm_scale: float,
+    *,
+    k_descale: float = 1.0,
+    v_descale: float = 1.0,
+    kv_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """o [T, H, 512] as plain PyTorch computes it in the inputs' precision (bf16), the way
+    flash-attention's tests build their "PyTorch at the same precision" output: q times
+    ``sm_scale`` in bf16, the logits a bf16 matmul, ``torch.softmax`` to bf16, the output a
+    bf16 matmul; an fp8 pool is widened to bf16 and multiplied by its descales in bf16.
+
+    Its error against :func:`verify_attention_ref` (fp64) is what bf16 attention costs on
+    these inputs; the GPU tests bound the kernel's error by a multiple of it
+    (docs/kernel-tests.md)."""
+    dtype = q.dtype
+    t_total, h, _ = q.shape
+    o = torch.zeros((t_total, h, v_extend.shape[-1]), dtype=dtype, device=q.device)
+    qo = qo_indptr.tolist()
+    kv = kv_indptr.tolist()
+    cmask = None if custom_mask is None else custom_mask.cpu()
+    mind = None if mask_indptr is None else mask_indptr.cpu()
+    for b in range(len(qo) - 1):
+        q0, q1 = qo[b], qo[b + 1]
+        d = q1 - q0
+        if d == 0:
+            continue
+        idx = kv_indices[kv[b] : kv[b + 1]].long()
+        p = idx.numel()
+        kp = _pool_rows(k_buffer, idx, dtype, kv_dtype) * k_descale
+        vp = _pool_rows(v_buffer, idx, dtype, kv_dtype) * v_descale
+        k = torch.cat([kp, k_extend[q0:q1, 0].to(dtype)], dim=0)
+        v = torch.cat([vp, v_extend[q0:q1, 0].to(dtype)], dim=0)
+        s = torch.einsum("dhk,lk->dhl", q[q0:q1] * sm_scale, k)
+        vis = torch.ones((d, p + d), dtype=torch.bool)
+        vis[:, p:] = draft_visibility(cmask, mind, b, d, p)
+        s = s.masked_fill(~vis.to(s.device)[:, None, :], float("-inf"))
+        o[q0:q1] = torch.einsum("dhl,lv->dhv", torch.softmax(s, dim=-1), v)
+    return o

@@ -179,3 +179,37 @@ def test_fp8_pool_reference_is_the_dequantized_pool_with_descales(fp8):
         verify_attention_ref(
             inp.q, inp.k_extend, inp.v_extend, raw, raw[..., :512], *args, inp.sm_scale
         )
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"tree": None}, {"kv_dtype": torch.float8_e4m3fn, "k_scale": 0.37}]
+)
+def test_the_pytorch_bf16_output_is_attention_at_bf16(kw):
+    """verify_attention_torch, the GPU tests' yardstick: a bf16 output of the same attention,
+    off the fp64 reference by bf16's error (more than the output's own rounding, far less
+    than a wrong mask or scale), for every request of a mixed batch."""
+    from kdtree_mla_testing.accuracy import rel_err
+
+    inp = make_inputs([700, 0, 64], [4, 3, 8], 8, seed=11, **kw)
+    o64, _ = inp.reference()
+    o_pt = inp.torch_output()
+    assert o_pt.dtype == torch.bfloat16 and o_pt.shape == o64.shape
+    rounding = rel_err(o64.to(torch.bfloat16), o64)
+    assert rounding < rel_err(o_pt, o64) < 2e-2
+    for q0, q1 in zip(inp.qo_indptr.tolist(), inp.qo_indptr.tolist()[1:]):
+        assert rel_err(o_pt[q0:q1], o64[q0:q1]) < 2e-2
+
+
+def test_the_gpu_tests_bound_passes_the_rounded_answer_and_fails_twice_pytorchs_error():
+    from kdtree_mla_testing.accuracy import EPS, TORCH_FACTOR, assert_within_torch_error, rel_err
+
+    inp = make_inputs([2000, 33], [4, 4], 8, seed=12)
+    o64, _ = inp.reference()
+    o_pt = inp.torch_output()
+    assert_within_torch_error(o64.to(torch.bfloat16), o64, o_pt)  # the best a bf16 output does
+    assert_within_torch_error(o_pt, o64, o_pt)  # PyTorch itself
+    noise = torch.randn(o64.shape, generator=torch.Generator().manual_seed(3), dtype=o64.dtype)
+    too_far = o64 + noise * (2 * TORCH_FACTOR * rel_err(o_pt, o64) * o64.norm() / noise.norm())
+    with pytest.raises(AssertionError, match=f"above {TORCH_FACTOR} x PyTorch bf16's"):
+        assert_within_torch_error(too_far, o64, o_pt)
+    assert EPS < 1e-3

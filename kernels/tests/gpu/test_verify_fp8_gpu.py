@@ -2,9 +2,10 @@
 dequantized pool (run on the H200).
 
 Every case draws fresh random inputs with the pool stored as SGLang stores it (keys divided by
-k_scale, in fp8; unused rows NaN), poisons the output with NaN, and requires every output
-written and relative Frobenius error < 1e-2 against ``ref.verify_attention_ref`` on the fp8
-values times the descales. SGLang's own Triton path (its fp8 read: q and P cast to fp8) is run
+k_scale, in fp8; unused rows NaN), poisons the output and the workspace's partials with NaN, and
+requires every output written and a relative Frobenius error against ``ref.verify_attention_ref``
+on the fp8 values times the descales of at most 1.5 times plain PyTorch's at bf16 on the same
+dequantized pool, plus 1e-4 (kdtree_mla_testing.accuracy). SGLang's own Triton path (its fp8 read: q and P cast to fp8) is run
 on the same inputs where its wheel is present, and ours must be no worse than it.
 """
 
@@ -18,15 +19,19 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
+from kdtree_mla_testing.accuracy import (  # noqa: E402
+    assert_within_torch_error,
+    poison_partials,
+    rel_err,
+)
 from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
-from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref, verify_attention_torch  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)"),
 ]
 
-TOL = 1e-2
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _SEED = [5000]
 
@@ -61,6 +66,7 @@ def run(inp, ws, *, k_descale=None, v_descale=None, k_buffer=None, kv_dtype=None
     o = torch.full((t, h, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((t, h), float("nan"), dtype=torch.float32, device="cuda")
     kb = inp.k_buffer if k_buffer is None else k_buffer
+    poison_partials(ws)
     api().extend_attention_fwd(
         inp.q,
         inp.k_extend,
@@ -86,16 +92,11 @@ def run(inp, ws, *, k_descale=None, v_descale=None, k_buffer=None, kv_dtype=None
     return o, lse
 
 
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((x.double() - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
 def check(inp, ws, **kw) -> float:
     o, lse = run(inp, ws, **kw)
     o_ref, lse_ref = inp.reference()
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} output values unwritten/NaN"
-    err = rel_err(o, o_ref)
-    assert err < TOL, f"relative Frobenius error {err:.3e}"
+    err = assert_within_torch_error(o, o_ref, inp.torch_output())
     assert torch.isfinite(lse).all()
     lerr = float((lse.double() - lse_ref).abs().max())
     assert lerr < 2e-2, f"lse max abs error {lerr:.3e}"
@@ -266,31 +267,21 @@ def test_fp8_graph_capture_replay_with_new_lengths_indices_masks_and_descales(kv
         used = perm.long().cuda()
         raw[used] = torch.randn(used.numel(), 1, 576, device="cuda").to(FP8[kv]).view(torch.uint8)
         o.fill_(float("nan"))
+        poison_partials(ws)
         g.replay()
         torch.cuda.synchronize()
         o_graph = o.clone()
         o.fill_(float("nan"))
+        poison_partials(ws)
         call()
         torch.cuda.synchronize()
         assert torch.equal(o_graph, o), "graph replay differs from eager"
-        o_ref, _ = verify_attention_ref(
-            first.q,
-            first.k_extend,
-            first.v_extend,
-            kb,
-            kb[..., :512],
-            qo,
-            kvp,
-            kv_indices,
-            custom_mask,
-            mind,
-            first.sm_scale,
-            k_descale=ks,
-            v_descale=vs,
-        )
+        args = (first.q, first.k_extend, first.v_extend, kb, kb[..., :512], qo, kvp)
+        args += (kv_indices, custom_mask, mind, first.sm_scale)
+        o_ref, _ = verify_attention_ref(*args, k_descale=ks, v_descale=vs)
         assert not torch.isnan(o_graph).any()
-        err = rel_err(o_graph, o_ref)
-        assert err < TOL, f"replay {prefix}/{draft}: error {err:.3e}"
+        o_torch = verify_attention_torch(*args, k_descale=ks, v_descale=vs)
+        assert_within_torch_error(o_graph, o_ref, o_torch, f"replay {prefix}/{draft}: ")
 
 
 def _triton():

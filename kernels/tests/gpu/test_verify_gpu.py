@@ -1,7 +1,9 @@
 """GPU tests of the verify kernel against the fp64 reference (run on the H200).
 
-Every case draws fresh random inputs, poisons the output (and unused KV-pool rows) with NaN,
-and requires relative Frobenius error < 1e-2 and every output written.
+Every case draws fresh random inputs, poisons the output, the workspace's partials and unused
+KV-pool rows with NaN, and requires every output written and a relative Frobenius error of at
+most 1.5 times plain PyTorch's at bf16 on the same inputs, plus 1e-4
+(kdtree_mla_testing.accuracy).
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch)")
 
+from kdtree_mla_testing.accuracy import (  # noqa: E402
+    assert_within_torch_error,
+    poison_partials,
+    rel_err,
+)
 from kdtree_mla_testing.inputs import make_inputs  # noqa: E402
-from kdtree_mla_testing.ref import verify_attention_ref  # noqa: E402
+from kdtree_mla_testing.ref import verify_attention_ref, verify_attention_torch  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none visible)"),
 ]
 
-TOL = 1e-2
 _SEED = [1000]
 
 
@@ -52,6 +58,7 @@ def run_kernel(inp, ws, *, lse: bool = True, causal_none: bool = False, out=None
     lse_t = (
         torch.full((t, h), float("nan"), dtype=torch.float32, device=inp.q.device) if lse else None
     )
+    poison_partials(ws)
     api().extend_attention_fwd(
         inp.q,
         inp.k_extend,
@@ -77,17 +84,12 @@ def reference(inp):
     return inp.reference()
 
 
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((x.double() - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
 def check(inp, ws, *, lse: bool = True):
     o, lse_t = run_kernel(inp, ws, lse=lse)
     torch.cuda.synchronize()
     o_ref, lse_ref = reference(inp)
     assert not torch.isnan(o).any(), f"{int(torch.isnan(o).sum())} output values unwritten/NaN"
-    err = rel_err(o, o_ref)
-    assert err < TOL, f"relative Frobenius error {err:.3e}"
+    err = assert_within_torch_error(o, o_ref, inp.torch_output())
     if lse:
         assert torch.isfinite(lse_t).all(), "lse has unwritten/non-finite values"
         lerr = float((lse_t.double() - lse_ref).abs().max())
@@ -242,18 +244,34 @@ def refused_if_too_big(inp, ws) -> bool:
     return True
 
 
-@pytest.mark.parametrize("heads", [8, 16, 64])
-@pytest.mark.parametrize("variant", range(1, 14))
-def test_every_kernel_variant(variant, heads):
-    """Every compiled variant that computes the output: the two production ones in the default
-    build, the alternative pipeline shapes too in a KDTREE_DIAG=1 build (loads-only, math-only
-    and traced variants are timing diagnostics and skip)."""
-    from kdtree_mla import _C
+def compiled_variants() -> list:
+    """One parameter per entry of the extension's _C.VARIANTS (index 0, "none fits", aside):
+    the two production variants in the default build, every pipeline shape and diagnostic in a
+    KDTREE_DIAG=1 build. Read when the tests are collected; without the extension, one
+    parameter whose test fails on a CUDA device (the extension must be built there)."""
+    try:
+        from kdtree_mla import _C
+    except ImportError:
+        return [pytest.param(None, id="no-extension")]
+    params = []
+    for index in range(1, len(_C.VARIANTS)):
+        mode = _C.VARIANTS[index][3]
+        marks = ()
+        if mode != 0:  # loads only, math only, traced: they time the kernel, not its output
+            marks = pytest.mark.skip(reason=f"variant {index}: a timing diagnostic (mode {mode})")
+        params.append(pytest.param(index, id=f"v{index}", marks=marks))
+    return params
 
-    if variant >= len(_C.VARIANTS):
-        pytest.skip(f"variant {variant}: not in this build (KDTREE_DIAG=1 builds it)")
-    if _C.VARIANTS[variant][3] != 0:
-        pytest.skip(f"variant {variant}: a timing diagnostic (mode {_C.VARIANTS[variant][3]})")
+
+@pytest.mark.parametrize("heads", [8, 16, 64])
+@pytest.mark.parametrize("variant", compiled_variants())
+def test_every_kernel_variant(variant, heads):
+    """Every compiled variant that computes the output (_C.VARIANTS as built: the two
+    production ones in the default build, the alternative pipeline shapes too in a
+    KDTREE_DIAG=1 build; loads-only, math-only and traced variants are timing diagnostics and
+    skip)."""
+    if variant is None:
+        api().load()  # raises ImportError with the reason
     inp = make_inputs(
         [0, 5, 9000, 17, 300, 40000], [4, 1, 16, 4, 8, 4], heads, device="cuda", seed=fresh_seed()
     )
@@ -318,7 +336,7 @@ def test_output_view_rows_not_16_byte_aligned():
     o_ref, _ = reference(inp)
     assert not torch.isnan(o).any()
     assert torch.isnan(buf[:, :, :2]).all(), "wrote outside the view"
-    assert rel_err(o, o_ref) < TOL
+    assert_within_torch_error(o, o_ref, inp.torch_output())
 
 
 def test_workspace_larger_than_call():
@@ -397,8 +415,9 @@ def test_fused_merge_back_to_back_calls():
         outs = [run_kernel(inp, ws)[0] for _ in range(3)]
         torch.cuda.synchronize()
         o_ref, _ = reference(inp)
+        o_torch = inp.torch_output()
         for o in outs:
-            assert rel_err(o, o_ref) < TOL, f"call set {i}"
+            assert_within_torch_error(o, o_ref, o_torch, f"call set {i}: ")
         assert_merge_state(ws, calls=3 * (i + 1))
 
 
@@ -579,30 +598,22 @@ def test_graph_capture_replay_with_new_indices_lengths_and_masks():
         k_buf[unused.nonzero().flatten().cuda()] = float("nan")
         used_rows = perm.long().cuda()
         k_buf[used_rows] = torch.randn(used_rows.numel(), 1, 576, device="cuda").to(torch.bfloat16)
+        poison_partials(ws)
         g.replay()
         torch.cuda.synchronize()
         o_graph, lse_graph = o.clone(), lse.clone()
         o.fill_(float("nan"))
+        poison_partials(ws)
         call()
         torch.cuda.synchronize()
         assert torch.equal(o_graph, o), "graph replay differs from eager"
         assert torch.equal(lse_graph, lse)
-        o_ref, lse_ref = verify_attention_ref(
-            first.q,
-            first.k_extend,
-            first.v_extend,
-            k_buf,
-            first.v_buffer,
-            qo,
-            kv,
-            kv_indices,
-            custom_mask,
-            mind,
-            first.sm_scale,
-        )
+        args = (first.q, first.k_extend, first.v_extend, k_buf, first.v_buffer, qo, kv)
+        args += (kv_indices, custom_mask, mind, first.sm_scale)
+        o_ref, lse_ref = verify_attention_ref(*args)
         assert not torch.isnan(o_graph).any()
-        err = rel_err(o_graph, o_ref)
-        assert err < TOL, f"replay {prefix}/{draft}: error {err:.3e}"
+        o_torch = verify_attention_torch(*args)
+        assert_within_torch_error(o_graph, o_ref, o_torch, f"replay {prefix}/{draft}: ")
         assert_merge_state(ws, calls=1 + 2 * (it + 1))  # warm-up, then a replay and a call each
 
 
