@@ -49,26 +49,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "kernels"))
 
 from kdtree_mla_testing import standalone  # noqa: E402
+from kdtree_mla_testing.benchinfo import copy_bandwidth, describe, gpu_facts, run_info  # noqa: E402
 from kdtree_mla_testing.inputs import KV_DTYPES  # noqa: E402
 
 SM_SCALE = 192**-0.5
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
-    n = 1 << 30  # 2 GiB of bf16
-    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(12):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    del src, dst
-    return 2 * n * 2 / statistics.median(times[2:])
 
 
 def time_step(step: Any, reps: int, warmup: int) -> float:
@@ -287,6 +271,8 @@ def main() -> None:
                 "or later"
             )
 
+    info = run_info(torch.cuda.current_device())
+    print(describe(info), flush=True)
     bw = copy_bandwidth()
     rows = []
     for prefix in args.contexts:
@@ -294,9 +280,9 @@ def main() -> None:
         torch.cuda.empty_cache()  # the previous context's 61 KV buffers are garbage now
     device = torch.cuda.get_device_name()
     report = SimpleNamespace(
-        device=device, sglang=version, path=path, copy_bandwidth_tbs=bw / 1e12,
+        run=info, device=device, sglang=version, path=path, copy_bandwidth_tbs=bw / 1e12,
         kv_dtype=args.kv_dtype, kv_scale=None if args.kv_dtype == "bf16" else args.kv_scale,
-        rows=rows,
+        rows=rows, gpu_after=gpu_facts(torch.cuda.current_device()),
     )  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(vars(report), indent=2))

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from kdtree_mla import _diag, api  # noqa: E402
+from kdtree_mla_testing.benchinfo import copy_bandwidth, describe, gpu_facts, run_info  # noqa: E402
 from kdtree_mla_testing.inputs import KV_DTYPES, make_inputs  # noqa: E402
 from triton_ref import load_extend_attention  # noqa: E402
 
@@ -89,18 +90,6 @@ def events_ms(fn, reps: int, inner: int = 1) -> list[float]:
         e.synchronize()
         out.append(s.elapsed_time(e) / inner)
     return out
-
-
-def copy_bandwidth() -> float:
-    n = 2 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    ms = statistics.median(events_ms(lambda: dst.copy_(src), 20))
-    src = dst = None  # free the 4 GiB before the cases
-    torch.cuda.empty_cache()
-    return 2 * n / (ms * 1e-3)  # bytes/s, read + write
 
 
 MMA_SRC = r"""
@@ -531,6 +520,7 @@ def main(argv=None):
 
     props = torch.cuda.get_device_properties(0)
     res = {
+        "run": run_info(torch.cuda.current_device()),
         "device": props.name,
         "sms": props.multi_processor_count,
         "torch": torch.__version__,
@@ -544,6 +534,7 @@ def main(argv=None):
         "num_ctas": args.num_ctas or props.multi_processor_count,
         "cases": [],
     }
+    print(describe(res["run"]), flush=True)
     bw = copy_bandwidth()
     mma, mma_note = mma_throughput()
     res.update(copy_bw_Bps=bw, mma_flops=mma, mma_note=mma_note)
@@ -583,6 +574,10 @@ def main(argv=None):
     # 1: fused (cooperative) launches use PDL; 2: the driver refused the pair (no PDL).
     res["fused_pdl"] = _C.fused_pdl(torch.cuda.current_device())
     print(f"fused launches with PDL: {res['fused_pdl']}")
+    res["gpu_after"] = gpu_facts(torch.cuda.current_device())  # clocks at the end of the run
+    print(
+        f"clocks at the end: SM {res['gpu_after']['clocks.sm']} MHz, memory {res['gpu_after']['clocks.mem']} MHz"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

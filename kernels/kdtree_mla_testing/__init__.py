@@ -9,5 +9,9 @@ benchmarks in ``kernels/bench/``:
 * :mod:`.inputs`      random verify-call inputs (NaN-poisoned unused pool rows), ``KV_DTYPES``;
 * :mod:`.standalone`, :mod:`.standalone_runtime`, :mod:`.standalone_stubs`,
   :mod:`.standalone_objects`  SGLang's real Triton backend from a published wheel, outside a
-  server (the SGLang GPU tests and the step bench).
+  server (the SGLang GPU tests and the step bench);
+* :mod:`.accuracy`    the GPU tests' error bound (relative to PyTorch's own at bf16) and NaN
+  poison for the workspace;
+* :mod:`.benchinfo`   what both benchmarks measure and record the same way: the copy bandwidth,
+  and the command, commit, driver, GPU and clocks of a run.
 """

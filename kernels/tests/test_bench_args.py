@@ -1,6 +1,7 @@
 """bench/bench_verify.py's argument checks, which run before any device work (CPU only), and
 that the bench imports nothing outside the product tree."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -81,3 +82,75 @@ def test_the_step_bench_refuses_bad_arguments_before_any_device_work(args, messa
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_both_benchmarks_take_one_copy_bandwidth_and_record_the_run():
+    """One copy-bandwidth measurement (kdtree_mla_testing.benchinfo) for both floors, and both
+    benchmarks print and write the run's command, commit, driver, GPU and clocks."""
+    import ast
+
+    for script in (BENCH, STEP):
+        source = script.read_text()
+        tree = ast.parse(source)
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert "copy_bandwidth" not in defined, f"{script.name} measures the bandwidth itself"
+        imported = {
+            a.name
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and n.module == "kdtree_mla_testing.benchinfo"
+            for a in n.names
+        }
+        assert {"copy_bandwidth", "run_info", "describe", "gpu_facts"} <= imported, script.name
+        assert "print(describe(" in source and "run_info(torch.cuda.current_device())" in source
+
+
+def test_run_info_names_the_command_the_commit_and_the_gpu(monkeypatch, tmp_path):
+    import shlex
+
+    from kdtree_mla_testing import benchinfo
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *-i\\ 0*) echo "NVIDIA H100 80GB HBM3, 580.95.05, 1980, 2619, 1980, 2619, 1755";;'
+        " *) exit 6;; esac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(
+        sys, "argv", ["bench_verify.py", "--kv-dtype", "fp8_e4m3", "--json", "a b.json"]
+    )
+    info = benchinfo.run_info()
+    assert info["command"] == shlex.join(
+        [
+            pathlib.Path(sys.executable).name,
+            "bench_verify.py",
+            "--kv-dtype",
+            "fp8_e4m3",
+            "--json",
+            "a b.json",
+        ]
+    )
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=BENCH.parent, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert info["commit"] in (head, f"{head}+dirty")
+    gpu = info["gpu"]
+    assert gpu["error"] is None
+    assert (gpu["name"], gpu["driver_version"]) == ("NVIDIA H100 80GB HBM3", "580.95.05")
+    assert (gpu["clocks.sm"], gpu["clocks.max.mem"], gpu["clocks.applications.graphics"]) == (
+        "1980",
+        "2619",
+        "1755",
+    )
+    text = benchinfo.describe(info)
+    assert "driver 580.95.05" in text and "SM 1980 MHz (max 1980, application 1755)" in text
+
+
+def test_run_info_without_nvidia_smi_says_so(monkeypatch, tmp_path):
+    from kdtree_mla_testing import benchinfo
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi there
+    info = benchinfo.run_info()
+    assert info["gpu"]["error"] == "nvidia-smi not found" and info["gpu"]["driver_version"] is None
+    assert "clocks unknown (nvidia-smi not found)" in benchinfo.describe(info)
