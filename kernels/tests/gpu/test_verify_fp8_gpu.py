@@ -5,8 +5,9 @@ Every case draws fresh random inputs with the pool stored as SGLang stores it (k
 k_scale, in fp8; unused rows NaN), poisons the output and the workspace's partials with NaN, and
 requires every output written and a relative Frobenius error against ``ref.verify_attention_ref``
 on the fp8 values times the descales of at most 1.5 times plain PyTorch's at bf16 on the same
-dequantized pool, plus 1e-4 (kdtree_mla_testing.accuracy). SGLang's own Triton path (its fp8 read: q and P cast to fp8) is run
-on the same inputs where its wheel is present, and ours must be no worse than it.
+dequantized pool, plus 1e-4 (kdtree_mla_testing.accuracy). SGLang's own Triton path (its fp8
+read: q and P cast to fp8) is run on the same inputs where its wheel is present, and ours must
+be no worse than it.
 """
 
 from __future__ import annotations
