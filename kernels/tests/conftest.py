@@ -1,5 +1,6 @@
-"""kernels/tests: the package is imported from this checkout, not installed. Tests that need
-torch skip with a reason when it is missing (pytest.importorskip in their modules)."""
+"""kernels/tests: the package and its test support (kdtree_mla, kdtree_mla_testing) are imported
+from this checkout, not installed. Tests that need torch skip with a reason when it is missing
+(pytest.importorskip in their modules)."""
 
 import os
 import sys
