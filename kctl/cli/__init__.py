@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from kctl.cli import commands as _commands  # noqa: F401 - registers the commands on the app
 from kctl.cli import report as _report  # noqa: F401 - registers `kctl report`
-from kctl.cli.app import CliReporter, app
+from kctl.cli.app import app
 from kctl.cli.entry import command_name, hoist_globals, main
+from kctl.cli.progress import CliReporter
 
 __all__ = ["CliReporter", "app", "command_name", "hoist_globals", "main"]

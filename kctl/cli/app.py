@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from kctl.cli.progress import CliReporter
 
 
 class _FlagHelp:
@@ -65,44 +65,8 @@ class Options:
 OPTS = Options()
 
 
-class CliReporter:
-    """Progress on stderr: a live line on a terminal, throttled lines otherwise."""
-
-    def __init__(self, quiet: bool, verbose: bool = False) -> None:
-        self.quiet = quiet
-        self.verbose = verbose
-        self.tty = sys.stderr.isatty()
-        self._last = 0.0
-        self._live = False
-
-    def _end_live(self) -> None:
-        if self._live:
-            sys.stderr.write("\n")
-            self._live = False
-
-    def event(self, message: str) -> None:
-        self._end_live()
-        print(f"kctl: {message}", file=sys.stderr, flush=True)
-
-    def warn(self, message: str) -> None:
-        self._end_live()
-        print(f"kctl: warning: {message}", file=sys.stderr, flush=True)
-
-    def progress(self, message: str, detail: str = "") -> None:
-        if detail and (self.tty or self.verbose):
-            message = f"{message}: {detail}"
-        if self.verbose and not self.tty:
-            print(f"kctl: {message}", file=sys.stderr, flush=True)
-            return
-        if self.tty:
-            sys.stderr.write("\r\033[K" + message[:200])
-            sys.stderr.flush()
-            self._live = True
-            return
-        now = time.monotonic()
-        if now - self._last >= 2.0:
-            self._last = now
-            print(f"kctl: {message}", file=sys.stderr, flush=True)
+#: the reporter of this command (one per process), closed before the result is printed
+_REPORTER: list[CliReporter] = []
 
 
 def _context() -> Any:
@@ -111,16 +75,16 @@ def _context() -> Any:
 
     root = Path(OPTS.state_dir or default_state_dir()).expanduser().resolve()
     backend = make_backend(simulate=OPTS.simulate)  # the one place simulation is chosen
-    return Context(
-        state_dir=backend.state_dir(root),
-        backend=backend,
-        reporter=CliReporter(quiet=OPTS.json, verbose=OPTS.verbose),
-    )
+    reporter = CliReporter(quiet=OPTS.json, verbose=OPTS.verbose)
+    _REPORTER[:] = [reporter]
+    return Context(state_dir=backend.state_dir(root), backend=backend, reporter=reporter)
 
 
 def _emit(command: str, result: Any, text: str, exit_code: int = 0) -> None:
     from kctl.render import envelope
 
+    for reporter in _REPORTER:
+        reporter.close()  # the last bars stay above the result
     if OPTS.json:
         print(envelope(command, ok=exit_code == 0, exit_code=exit_code, result=result))
     else:

@@ -73,30 +73,64 @@ def launch_spec_for(
     return ctx.backend.launch_spec(profile, deployment_id, image)
 
 
-def wait_healthy(ctx: Context, runtime: Runtime, instance: Instance, profile: Profile) -> Any:
+def wait_healthy(
+    ctx: Context, runtime: Runtime, instance: Instance, profile: Profile, *, revert: bool = False
+) -> Any:
     """Wait for ``instance`` under the profile's health deadline, read on the backend's
-    clock: a simulated server's deadline passes as fast as its simulated time does."""
+    clock: a simulated server's deadline passes as fast as its simulated time does. The
+    wait is shown as the model load (``revert``: the revert's) against its deadline, with
+    the phase the server's own log names."""
     from kctl.health import wait_healthy as _wait
     from kctl.secrets import api_key
 
     # the deadline reads simulated time under a compressing backend: say so
     unit = "s" if ctx.backend.time_scale(profile) == 1.0 else "simulated s"
+    key = f"health {instance.deployment_id}"
+    what = f"revert: {key}" if revert else key
 
     def show(p: Any) -> None:
-        ctx.reporter.progress(f"health {instance.deployment_id}: {p.summary(unit)}", p.detail)
+        server = f", server: {p.log_phase}" if p.log_phase else ""
+        ctx.reporter.task(
+            key, what, completed=p.elapsed_s, total=p.deadline_s, unit=unit,
+            status=f"{p.phase}{server}, try {p.attempt}", detail=p.detail,
+        )  # fmt: skip
 
-    return _wait(
-        runtime,
-        instance,
-        profile.health,
-        host=profile.server.host,
-        port=profile.server.port,
-        verify_kernel=profile.server.verify_kernel,
-        api_key=api_key(profile),
-        clock=ctx.scaled_clock(profile),
-        sleep=ctx.scaled_sleep(profile),
-        progress=show,
-    )
+    try:
+        report = _wait(
+            runtime,
+            instance,
+            profile.health,
+            host=profile.server.host,
+            port=profile.server.port,
+            verify_kernel=profile.server.verify_kernel,
+            api_key=api_key(profile),
+            clock=ctx.scaled_clock(profile),
+            sleep=ctx.scaled_sleep(profile),
+            progress=show,
+        )
+    except BaseException:
+        ctx.reporter.task(key, what, completed=0.0, status="not healthy", done=True)
+        raise
+    ctx.reporter.task(
+        key, what, completed=report.total_s, total=profile.health.deadline_s, unit=unit,
+        status=f"healthy in {report.total_s:.0f} {unit}", done=True,
+    )  # fmt: skip
+    return report
+
+
+def show_gate(ctx: Context, p: Any) -> None:
+    """A gate's (or a measurement's) :class:`~kctl.gate.runner.GateProgress`: the requests
+    done of the total, one wait per context (the probes one of their own)."""
+    where = "probes" if p.context is None else str(p.context)
+    status = p.phase
+    if p.last is not None and p.last.error:
+        status += f", last failed: {p.last.error}"
+    elif p.last is not None and p.last.decode_tps is not None:
+        status += f", last {p.last.decode_tps:.1f} tok/s"
+    ctx.reporter.task(
+        f"gate {where}", f"gate {where}", completed=p.done, total=p.total,
+        unit="requests", status=status, done=p.done >= p.total,
+    )  # fmt: skip
 
 
 def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:

@@ -31,6 +31,23 @@ class Reporter(Protocol):
         """A progress line; ``detail`` is an expected miss (a poll that found the port
         still closed): shown live on a terminal, else only when asked for (--verbose)."""
 
+    def task(
+        self,
+        key: str,
+        description: str,
+        *,
+        completed: float,
+        total: float | None = None,
+        unit: str = "",
+        status: str = "",
+        detail: str = "",
+        done: bool = False,
+    ) -> None:
+        """The progress of one long wait (the model load, a context of the gate, the
+        revert): ``key`` names the wait, ``completed`` of ``total`` ``unit`` (None: no
+        known end), ``status`` what it does now; ``done`` ends it. A terminal draws it as
+        a bar, a pipe gets a plain line now and then."""
+
 
 class NullReporter:
     def event(self, message: str) -> None:
@@ -40,6 +57,20 @@ class NullReporter:
         pass
 
     def progress(self, message: str, detail: str = "") -> None:
+        pass
+
+    def task(
+        self,
+        key: str,
+        description: str,
+        *,
+        completed: float,
+        total: float | None = None,
+        unit: str = "",
+        status: str = "",
+        detail: str = "",
+        done: bool = False,
+    ) -> None:
         pass
 
 

@@ -242,7 +242,9 @@ class Executor:
             return
         instance = self.state.instances[step.role]
         try:
-            report = common.wait_healthy(self.ctx, self.runtime, instance, profile)
+            report = common.wait_healthy(
+                self.ctx, self.runtime, instance, profile, revert=step.role == "target"
+            )
         except HealthFailed as exc:
             exc.instance = instance
             raise
@@ -317,7 +319,7 @@ class Executor:
         self.state.target = target
         live = serving_now(self.store, self.runtime)
         if live is not None and live[0].id == dep.id and dep.id not in self.state.stopped:
-            common.wait_healthy(self.ctx, self.runtime, live[1], profile)
+            common.wait_healthy(self.ctx, self.runtime, live[1], profile, revert=True)
         else:
             if live is not None and live[0].id == dep.id:
                 self._stop(live[1], "its stop was interrupted; restarting it")

@@ -82,7 +82,7 @@ class GateSteps:
             self.state.measurement = meas
 
     def _progress(self, p: Any) -> None:
-        self.ctx.reporter.progress(f"gate: {p}")
+        common.show_gate(self.ctx, p)
 
     def gate(self, step: Gate) -> None:
         from kctl.gate import plan_workload, render_table, run_gate

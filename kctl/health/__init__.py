@@ -43,6 +43,7 @@ from kctl.health.log import (
     TRACEBACK,
     LogWatch,
 )
+from kctl.health.server_phase import server_phase
 from kctl.profile.model import HealthSpec, VerifyKernel
 from kctl.runtime.base import Instance, Runtime
 from kctl.sglang.client import SGLangClient, short
@@ -87,6 +88,9 @@ class HealthProgress:
     deadline_s: float
     attempt: int
     detail: str = ""
+    #: what the server's own log says it is doing ("loading weights" ...; see
+    #: :mod:`kctl.health.server_phase`), "" before it says
+    log_phase: str = ""
 
     def summary(self, unit: str = "s") -> str:
         """The phase, time spent of the deadline (in ``unit``) and the try, without why
@@ -274,6 +278,8 @@ class _Wait:
         self.restarts: int | None = None
         #: HTTP errors of a failing server in a row (see SERVER_ERRORS_MAX)
         self.server_errors = 0
+        #: the last phase the server's log named (kept when its line leaves the recent lines)
+        self.log_phase = ""
 
     def check_process(self, phase: str) -> None:
         state = self.runtime.state(self.instance)
@@ -315,8 +321,11 @@ class _Wait:
             tries[0] += 1
             if self.progress is not None:
                 elapsed = self.clock() - self.start
+                self.log_phase = server_phase(self.watch.recent) or self.log_phase
                 self.progress(
-                    HealthProgress(phase, elapsed, self.spec.deadline_s, tries[0], last[0])
+                    HealthProgress(
+                        phase, elapsed, self.spec.deadline_s, tries[0], last[0], self.log_phase
+                    )
                 )
             self.check_process(phase)
             remaining = max(until - self.clock(), 0.01)

@@ -78,6 +78,9 @@ def test_every_command_validates(kctl: Kctl, tmp_path: Path) -> None:
     assert doc["error"]["type"] == "CandidateRejected" and doc["result"]["outcome"] == "rejected"
     st = check(kctl, "status", "status")["result"]
     assert st["last_gate_rows"] and st["last_gate_rows"][0]["context"] > 0, st
+    assert st["report"] is not None and st["report"]["deployment"] == doc["result"]["deployment_id"]
+    rep = check(kctl, "report", "report")["result"]
+    assert rep["path"] == doc["result"]["report"] == st["report"]["path"], rep
     rows = check(kctl, "history", "history")["result"]
     assert [r["serving"] for r in rows].count(True) == 1, rows
     check(kctl, "bench", "bench")
