@@ -22,7 +22,7 @@ KIND_COLORS = {
     "gate": "#f58518",
     "revert": "#b279a2",
 }
-WIDTH = 500
+WIDTH = 440
 HEIGHT = 260
 
 
