@@ -31,7 +31,7 @@ class CliReporter:
         self._last: dict[str, float] = {}
         self._bars: Any = None  # rich.progress.Progress while a wait is drawn
         self._tasks: dict[str, _Task] = {}
-        self._closing = False
+        self._exit_hook = False
 
     # -- lines --------------------------------------------------------------------------
 
@@ -88,7 +88,6 @@ class CliReporter:
 
     def close(self) -> None:
         """Stop drawing (the bars' last state stays on the terminal)."""
-        self._closing = True
         self._settle(stop_all=True)
 
     # -- drawing ------------------------------------------------------------------------
@@ -121,8 +120,10 @@ class CliReporter:
             redirect_stderr=False,
         )
         bars.start()
-        if not self._closing:
+        if not self._exit_hook:
+            # a command that ends by an error never reaches _emit: stop drawing at exit
             atexit.register(self.close)
+            self._exit_hook = True
         return bars
 
     def _draw(

@@ -48,3 +48,48 @@ def test_health_poll_misses_only_when_asked(
     err = capsys.readouterr().err
     assert "health d-1: port" in err
     assert ("Connection refused" in err) is shown, err
+
+
+def test_piped_waits_are_plain_lines_throttled_with_the_last_always_shown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rep = CliReporter(quiet=False, tty=False)
+    for done in range(3):
+        rep.task(
+            "gate 5700", "gate 5700", completed=done, total=3, unit="requests", status="measure"
+        )
+    rep.task(
+        "gate 5700", "gate 5700", completed=3, total=3, unit="requests", status="measure", done=True
+    )
+    rep.close()
+    lines = capsys.readouterr().err.splitlines()
+    # the first and the last; the two between came within the throttle interval
+    assert lines == [
+        "kctl: gate 5700: measure (0/3 requests)",
+        "kctl: gate 5700: measure (3/3 requests)",
+    ]
+
+
+def test_terminal_waits_are_drawn_by_rich_and_end_before_the_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rep = CliReporter(quiet=False, tty=True)
+    rep.task(
+        "health d-1",
+        "health d-1",
+        completed=30,
+        total=900,
+        unit="s",
+        status="port, server: loading weights",
+    )
+    assert rep._bars is not None  # drawing while the wait is under way
+    rep.event("d-1 is healthy")  # the wait is not finished: it stays drawn, the line goes above
+    assert rep._bars is not None
+    rep.task(
+        "health d-1", "health d-1", completed=330, total=900, unit="s", status="healthy", done=True
+    )
+    rep.event("measuring")  # every wait finished: drawing stops
+    assert rep._bars is None
+    err = capsys.readouterr().err
+    assert "kctl: d-1 is healthy" in err and "kctl: measuring" in err
+    assert "health d-1" in err and "330/900 s" in err and "healthy" in err
