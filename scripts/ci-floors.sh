@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI: kctl with every declared dependency pinned at its floor (pyproject.toml's ">=X"),
 # in a fresh virtual environment that sees no system packages, running the CLI tests:
-# the profile tests (validate/plan/deploy through the real CLI in subprocesses) and a
-# simulated deploy end to end. A floor that fails here is a floor that lies.
+# the profile tests (validate/plan/deploy through the real CLI in subprocesses), a
+# simulated deploy end to end, and the report rendered in-process (altair,
+# vl-convert-python). A floor that fails here is a floor that lies.
 #
 #   bash scripts/ci-floors.sh            # a temporary venv, removed afterwards
 #   FLOORS_VENV=/tmp/floors bash scripts/ci-floors.sh   # keep (and reuse) this one
@@ -44,6 +45,7 @@ echo "== the CLI tests at the floors"
   tests/profile \
   "tests/integration/test_deploy_flows.py::test_first_deploy_measures_baseline_then_promotes" \
   "tests/integration/test_deploy_flows.py::test_regression_reverts_to_verified_baseline" \
-  "tests/integration/test_startup.py"
+  "tests/integration/test_startup.py" \
+  tests/report/test_report_data.py
 echo "== kctl deploy --help at the floors"
 "$venv/bin/kctl" deploy --help >/dev/null
