@@ -11,21 +11,34 @@ lists what it reads): the arch list reaches the extension as a compile definitio
 """
 
 import os
+import re
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0;12.0")
+ARCH_LIST = os.environ["TORCH_CUDA_ARCH_LIST"]
+if any(c in ARCH_LIST for c in '"\\'):
+    raise SystemExit(f"TORCH_CUDA_ARCH_LIST: unexpected quote or backslash in {ARCH_LIST!r}")
+# The kernel is written for the sm_90 and sm_120 families (shared memory per block, the
+# variants' pipeline depths); another target (sm_100, say) would build a variant that was never
+# run there, so it is refused here rather than trapping at the first call.
+_OTHER = [
+    a
+    for a in re.split(r"[;, ]+", ARCH_LIST.strip())
+    if a and not re.fullmatch(r"(9\.0a?|12\.\d[af]?)(\+PTX)?", a)
+]
+if _OTHER:
+    raise SystemExit(
+        f"TORCH_CUDA_ARCH_LIST: {', '.join(_OTHER)} is not a target of kdtree_mla (it builds for 9.0 and 12.x, "
+        f'e.g. TORCH_CUDA_ARCH_LIST="9.0;12.0")'
+    )
 
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
-ARCH_LIST = os.environ["TORCH_CUDA_ARCH_LIST"]
 DIAG = os.environ.get("KDTREE_DIAG", "0") not in ("", "0")
-
-if any(c in ARCH_LIST for c in '"\\'):
-    raise SystemExit(f"TORCH_CUDA_ARCH_LIST: unexpected quote or backslash in {ARCH_LIST!r}")
 DEFINES = [f'-DKDTREE_ARCH_LIST="{ARCH_LIST}"', f"-DKDTREE_DIAG={int(DIAG)}"]
 
 

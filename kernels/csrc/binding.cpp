@@ -19,6 +19,7 @@
 
 #include "params.h"
 #include "traits.h"
+#include "verify_diag.h"
 #include "verify_launch.h"
 
 namespace kdtree_mla {
@@ -113,10 +114,13 @@ struct WorkspaceHandle {
   int64_t num_ctas = 0;
   uint64_t ctas_recip = 0;  // floor((2^64 - 1) / num_ctas), VerifyParams::ctas_recip (set once)
   int64_t min_blocks_per_cta = 1;
-  int64_t launch_parts = kLaunchAll;  // diagnostic: 1 main only, 2 combine only
-  bool split_combine = false;         // diagnostic: merge in the combine kernel (verify_launch.h)
-  int64_t force_variant = 0;          // diagnostic: a traits.h kVariants index, 0 = default
-  Tensor trace;                       // diagnostic: int64 [kTraceRows, kTraceSlots] for mode 8
+  bool split_combine = false;  // merge cut segments in the combine kernel (VerifyParams::split_combine)
+  // Diagnostics (verify_diag.h), set only through kdtree_mla._diag: the parts launched, a
+  // forced kernel variant (0: the launcher's), the trace buffer of a traced variant (int64
+  // [kTraceRows, kTraceSlots]).
+  int64_t launch_parts = kLaunchAll;
+  int64_t force_variant = 0;
+  Tensor trace;
   Err error;                          // why the tensors are unusable; empty when they are fine
   at::Device device{at::kCPU};
   int64_t max_tokens = 0, max_batch = 0, num_heads = 0;
@@ -191,9 +195,28 @@ Err kv_dtype_of(const Tensor& k_buffer, int64_t code, int* kv) {
   return {};
 }
 
-// A descale: None (1.0), a Python float, or a 1-element float32 tensor on the device (read by
-// the kernel; no host sync). Sets *value or *ptr.
+// A descale: a Python float or a 1-element float32 tensor on the device (read by the kernel; no
+// host sync), required for an fp8 pool (its values are K / k_scale: a silent 1.0 would scale
+// every logit wrongly); None (or 1.0) for a bfloat16 pool. Sets *value or *ptr.
 Err descale_of(PyObject* obj, const char* name, const at::Device& dev, bool fp8, float* value, const float** ptr);
+
+// Why the kernel cannot run on `device`, as a RuntimeError; empty when it can.
+Err check_device_supported(int device) {
+  switch (verify_unsupported_reason(device)) {
+    case 0:
+      return {};
+    case 1: {
+      int major = 0, minor = 0;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+      cudaGetLastError();
+      return cat("RuntimeError: kdtree_mla: the device is sm_", major, minor,
+                 "; this kernel targets sm_90 and the sm_120 family only (build with TORCH_CUDA_ARCH_LIST=\"9.0;12.0\")");
+    }
+    default:
+      return "RuntimeError: kdtree_mla: no kernel variant fits the device's shared memory per block";
+  }
+}
 
 // custom_mask, mask_indptr and lse may be null (None).
 Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_extend, const Tensor& o,
@@ -319,12 +342,18 @@ Err check_and_launch(const Tensor& q, const Tensor& k_extend, const Tensor& v_ex
   p.num_ctas = static_cast<int>(ws.num_ctas);
   p.ctas_recip = ws.ctas_recip;
   p.min_blocks_per_cta = static_cast<int>(ws.min_blocks_per_cta);
-  p.force_variant = static_cast<int>(ws.force_variant);
+  p.split_combine = ws.split_combine ? 1 : 0;
   p.trace = ws.trace.defined() ? reinterpret_cast<unsigned long long*>(ws.trace.data_ptr()) : nullptr;
 
   const c10::cuda::CUDAGuard guard(dev);
-  const cudaError_t err = verify_launch(p, dev.index(), c10::cuda::getCurrentCUDAStream(dev.index()).stream(),
-                                        static_cast<int>(ws.launch_parts) | (ws.split_combine ? kLaunchSplit : 0));
+  const int device = dev.index();
+  KD_TRY(check_device_supported(device));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  const bool diag = ws.launch_parts != kLaunchAll || ws.force_variant != 0;
+  const cudaError_t err =
+      diag ? verify_run_diag(p, device, stream,
+                             DiagLaunch{static_cast<int>(ws.launch_parts), static_cast<int>(ws.force_variant)})
+           : verify_run(p, device, stream);
   KD_CHECK(err == cudaSuccess, "RuntimeError", "kdtree_mla verify launch failed: ", cudaGetErrorString(err));
   return {};
 }
@@ -351,7 +380,11 @@ const Tensor* as_tensor(PyObject* obj) {
 Err descale_of(PyObject* obj, const char* name, const at::Device& dev, bool fp8, float* value, const float** ptr) {
   *value = 1.f;
   *ptr = nullptr;
-  if (obj == nullptr || obj == Py_None) return {};
+  if (obj == nullptr || obj == Py_None) {
+    KD_CHECK_VALUE(!fp8, name, ": an fp8 KV pool needs its descale (the layer's ", name[0] == 'k' ? "k_scale" : "v_scale",
+                   ", a float or a 1-element float32 CUDA tensor; 1.0 when the pool holds unscaled values)");
+    return {};
+  }
   if (const Tensor* t = as_tensor(obj)) {
     KD_CHECK_VALUE(fp8, name, ": a bfloat16 KV pool takes no descale (pass None or 1.0)");
     KD_TRY(check_cuda(*t, name, dev));
@@ -475,6 +508,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           w.max_tokens = w.tokinfo.numel() / 4;
           w.max_batch = w.sched.numel() - 3;
           w.ctas_recip = ~0ull / static_cast<unsigned long long>(w.num_ctas);  // num_ctas >= 1 (checked)
+          // The kernels' modules and smem opt-in now, so that the first call may be captured
+          // into a CUDA graph (an unsupported device is reported by the call itself).
+          const c10::cuda::CUDAGuard guard(w.device);
+          if (kdtree_mla::verify_prepare(static_cast<int>(w.device.index())) != cudaSuccess) cudaGetLastError();
         }
         return w;
       }))
@@ -487,12 +524,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                return w.error.empty() &&
                                       kdtree_mla::verify_merge_fused(static_cast<int>(w.device.index()),
                                                                      static_cast<int>(w.num_ctas),
-                                                                     w.split_combine ? kdtree_mla::kLaunchSplit : 0);
+                                                                     w.split_combine);
                              })
       .def_readwrite("trace", &WorkspaceHandle::trace);
   if (PyModule_AddFunctions(m.ptr(), kdtree_mla::g_methods) != 0) throw pybind11::error_already_set();
   m.def("fused_pdl", [](int64_t device) { return kdtree_mla::verify_fused_pdl(static_cast<int>(device)); },
         "fused (cooperative) launches on a device use PDL: 0 none yet, 1 yes, 2 refused by the driver");
+  m.def("unsupported_reason",
+        [](int64_t device) { return kdtree_mla::verify_unsupported_reason(static_cast<int>(device)); },
+        "why variant_for_device is 0: 1 not an sm_90 / sm_120-family device, 2 no variant fits its shared memory");
   m.def("variant_for_device", &kdtree_mla::variant_for_device,
         "kernel variant (index into VARIANTS) the launcher uses on a device (0: unsupported)");
   m.attr("BLOCK_M") = kdtree_mla::VerifyTraits::kBlockM;

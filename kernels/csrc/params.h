@@ -73,9 +73,11 @@ struct VerifyParams {
   int fused;        // 1: the main kernel merges cut segments itself (all CTAs co-resident,
                     // cooperative launch) and no combine kernel runs; 0: the combine kernel does
   int min_blocks_per_cta;  // lower bound on KV blocks per CTA (limits partial traffic)
-  int force_variant;       // 0: the launcher's choice; else a traits.h kVariants index (benchmarks)
+  int split_combine;        // 1: merge cut segments in the combine kernel even where the main kernel
+                           // could (VerifyWorkspace split_combine: a grid under an MPS SM limit)
   int combine_wpr;         // warps of the combine kernel a row (set by the launcher)
-  // Diagnostic trace variants only (traits.h kTraceSlots): per-CTA timestamps, else unused.
+  // Diagnostic trace variants only (traits.h kTraceSlots, verify_diag.h): per-CTA timestamps,
+  // else unused.
   unsigned long long* trace;
 };
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "verify_combine.cuh"
+#include "verify_diag.h"
 #include "verify_main.cuh"
 #include "verify_launch.h"
 
@@ -52,23 +53,39 @@ cudaError_t launch(void (*kernel)(VerifyParams), dim3 grid, dim3 block, size_t s
   return e;
 }
 
+// Sets a main kernel's shared-memory opt-in on the current device, once (which also loads its
+// module under lazy loading).
+template <int kStages, bool kPipe, int kMode, int kLoaders, int kKv>
+cudaError_t main_attr(std::atomic<bool>& attr_set) {
+  if (attr_set.load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders, kKv>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(verify_smem_bytes(kStages, kPipe)));
+  if (e == cudaSuccess) attr_set.store(true, std::memory_order_release);
+  return e;
+}
+
+// Whether `stream` is being captured into a graph (a failed launch there would end the capture).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
+
 template <int kStages, bool kPipe, int kMode, int kLoaders, int kKv>
 cudaError_t launch_main(const VerifyParams& p, std::atomic<bool>& attr_set, std::atomic<int>& coop_pdl,
                         cudaStream_t stream, bool pdl) {
   const bool coop = p.fused != 0;
   constexpr size_t smem = verify_smem_bytes(kStages, kPipe);
   auto kernel = detail::verify_main_kernel<kStages, kPipe, kMode, kLoaders, kKv>;
-  if (!attr_set.load(std::memory_order_acquire)) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    attr_set.store(true, std::memory_order_release);
-  }
+  if (const cudaError_t e = main_attr<kStages, kPipe, kMode, kLoaders, kKv>(attr_set); e != cudaSuccess) return e;
   const dim3 grid(p.num_ctas), block(kMainThreads<kLoaders>);
   const int state = coop ? coop_pdl.load(std::memory_order_acquire) : 1;
   if (!pdl || state != 0) return launch(kernel, grid, block, smem, stream, p, pdl && state == 1, coop);
-  // First cooperative launch with PDL on this device: if the driver refuses the pair, launch
-  // without PDL (the same grid and result; PDL only lets it be scheduled earlier) from now on.
+  // Not yet known whether the driver takes a cooperative launch with PDL on this device. Under
+  // capture a refused launch would invalidate the graph, so this one goes without PDL (the same
+  // grid and result; PDL only lets it be scheduled earlier) and the question waits for an eager
+  // call. Eagerly: try the pair, and if the driver refuses it, launch without PDL from now on.
+  if (capturing(stream)) return launch(kernel, grid, block, smem, stream, p, false, true);
   cudaError_t e = launch(kernel, grid, block, smem, stream, p, true, true);
   if (e == cudaSuccess) {
     coop_pdl.store(1, std::memory_order_release);
@@ -109,6 +126,38 @@ cudaError_t launch_variant(int v, const VerifyParams& p, DeviceCache& cache, cud
   return e;
 }
 
+// Sets the shared-memory opt-in of variant `v`'s main kernels (every KV dtype compiled for it)
+// on the current device.
+template <size_t... kV>
+cudaError_t prepare_variant(int v, DeviceCache& cache, std::index_sequence<kV...>) {
+  cudaError_t e = cudaSuccess;
+  auto one = [&](auto idx) {
+    constexpr int kIdx = decltype(idx)::value;
+    if constexpr (kIdx > 0) {
+      constexpr KernelVariant kv = kVariants[kIdx];
+      if (v == kIdx && e == cudaSuccess) {
+        e = main_attr<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvBf16>(cache.attr_set[kIdx][kKvBf16]);
+        if constexpr (variant_has_fp8(kIdx)) {
+          if (e == cudaSuccess)
+            e = main_attr<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvE4m3>(cache.attr_set[kIdx][kKvE4m3]);
+          if (e == cudaSuccess)
+            e = main_attr<kv.stages, kv.pipe, kv.mode, kv.loaders, kKvE5m2>(cache.attr_set[kIdx][kKvE5m2]);
+        }
+      }
+    }
+  };
+  (one(std::integral_constant<int, static_cast<int>(kV)>{}), ...);
+  return e;
+}
+
+// The kernel targets the sm_90 and sm_120 families only: another architecture (sm_100, say)
+// with enough shared memory would otherwise be given a variant never built or tested for it.
+bool target_arch(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         (major == 9 || major == 12);
+}
+
 // Multiprocessors of `device` (read once; 0 when unreadable).
 int device_sms(int device) {
   if (device < 0 || device >= kMaxDevices) return 0;
@@ -136,6 +185,7 @@ int verify_variant_for_device(int device) {
   DeviceCache& cache = g_cache[device];
   int v = cache.variant.load(std::memory_order_acquire);
   if (v != 0) return v;
+  if (!target_arch(device)) return 0;
   int optin = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
     return 0;
@@ -145,23 +195,44 @@ int verify_variant_for_device(int device) {
   return v;
 }
 
-bool verify_merge_fused(int device, int num_ctas, int parts) {
-  return fused_merge(num_ctas, device_sms(device), parts, true);
+int verify_unsupported_reason(int device) {
+  if (verify_variant_for_device(device) != 0) return 0;
+  return device >= 0 && device < kMaxDevices && !target_arch(device) ? 1 : 2;
+}
+
+cudaError_t verify_prepare(int device) {
+  const int v = verify_variant_for_device(device);
+  if (v == 0) return cudaErrorInvalidConfiguration;
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e != cudaSuccess) return e;
+  if (current != device && (e = cudaSetDevice(device)) != cudaSuccess) return e;
+  e = prepare_variant(v, g_cache[device], std::make_index_sequence<kNumVariants>{});
+  cudaFuncAttributes attrs;  // loads the combine kernel's module too
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attrs, detail::verify_combine_kernel<false>);
+  if (current != device) cudaSetDevice(current);
+  return e;
+}
+
+bool verify_merge_fused(int device, int num_ctas, bool split_combine) {
+  return fused_merge(num_ctas, device_sms(device), split_combine, true);
 }
 
 int verify_fused_pdl(int device) {
   return device < 0 || device >= kMaxDevices ? 0 : g_cache[device].coop_pdl.load(std::memory_order_acquire);
 }
 
-cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream, int parts) {
+namespace {
+
+cudaError_t run(const VerifyParams& p, int device, cudaStream_t stream, int parts, int force_variant) {
   int v = verify_variant_for_device(device);
   if (v == 0) return cudaErrorInvalidConfiguration;
-  if (p.force_variant != 0) {
-    if (p.force_variant < 1 || p.force_variant >= kNumVariants) return cudaErrorInvalidValue;
+  if (force_variant != 0) {
+    if (force_variant < 1 || force_variant >= kNumVariants) return cudaErrorInvalidValue;
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (variant_smem_bytes(p.force_variant) > static_cast<size_t>(optin)) return cudaErrorInvalidConfiguration;
-    v = p.force_variant;
+    if (variant_smem_bytes(force_variant) > static_cast<size_t>(optin)) return cudaErrorInvalidConfiguration;
+    v = force_variant;
   }
   if ((kVariants[v].mode & kModeTrace) && p.trace == nullptr) return cudaErrorInvalidValue;
   if (p.batch < 1 || p.batch > VerifyTraits::kMaxBatch || p.num_ctas < 1 ||
@@ -174,7 +245,7 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
   const int sms = device_sms(device);
   if (sms == 0) return cudaErrorInvalidDevice;
   VerifyParams pf = p;
-  pf.fused = fused_merge(p.num_ctas, sms, parts, p.sync != nullptr) ? 1 : 0;
+  pf.fused = fused_merge(p.num_ctas, sms, p.split_combine != 0, p.sync != nullptr) ? 1 : 0;
   if (pf.fused && (parts & kLaunchCombine) && !(parts & kLaunchMain)) return cudaErrorInvalidValue;
   cudaError_t e = cudaSuccess;
   if (parts & kLaunchMain) e = launch_variant(v, pf, cache, stream, pdl, std::make_index_sequence<kNumVariants>{});
@@ -193,6 +264,16 @@ cudaError_t verify_launch(const VerifyParams& p, int device, cudaStream_t stream
     if (kVariants[v].mode & kModeTrace) combine = detail::verify_combine_kernel<kDiagBuild>;
   }
   return launch(combine, dim3(gx, kCombineSplits), dim3(kCombineThreads), 0, stream, pc, pdl);
+}
+
+}  // namespace
+
+cudaError_t verify_run(const VerifyParams& p, int device, cudaStream_t stream) {
+  return run(p, device, stream, kLaunchAll, 0);
+}
+
+cudaError_t verify_run_diag(const VerifyParams& p, int device, cudaStream_t stream, const DiagLaunch& diag) {
+  return run(p, device, stream, diag.parts, diag.force_variant);
 }
 
 }  // namespace kdtree_mla

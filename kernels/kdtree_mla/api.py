@@ -69,16 +69,14 @@ once and replayed after the index, length and mask tensors change in place (with
 workspace's maximum). A bad argument raises ``ValueError``/``TypeError``/``RuntimeError``
 before anything is launched; a CUDA launch error raises ``RuntimeError``.
 
-Warm-up before capture (required): in each process, run one call eagerly on each device and
-KV pool type (bf16, e4m3, e5m2) before capturing calls of that kind into a CUDA graph, and make
-the device's first fused call (``VerifyWorkspace.fused``) an eager one too. Those first calls do
-the launcher's one-time host set-up (csrc/verify_launch.cu): the kernel's shared-memory opt-in
-attribute (per device, kernel variant and KV pool type) and, on a device's first fused call, a
-probe of whether the driver accepts a cooperative launch with programmatic dependent launch
-(PDL), which launches again without PDL when it refuses; a refused launch inside a capture
-invalidates the capture. After that, new workspaces, shapes and lengths capture without another
-eager call. SGLang's graph runner runs every batch size eagerly before capturing it; the GPU
-tests capture after an eager call.
+No warm-up is needed before capture: a workspace, when it is made, loads the device's kernels
+and sets their shared-memory opt-in (csrc/verify_launch.cu ``verify_prepare``), so the first
+call may be captured into a CUDA graph. The one thing an eager call still settles is whether the
+driver accepts a cooperative launch with programmatic dependent launch (PDL): a fused call
+captured before any eager fused call on its device launches without PDL (the same result;
+PDL only lets the kernel be scheduled while the previous one drains), since a refused launch
+inside a capture would invalidate it. SGLang's graph runner runs every batch size eagerly before
+capturing it, so its graphs use PDL.
 """
 
 from __future__ import annotations

@@ -71,5 +71,10 @@ def device_supported(device: torch.device | str | int | None = None) -> tuple[bo
     if built and arch not in built:
         return False, f"extension built for {', '.join(built)}, device is {arch}"
     if ext.variant_for_device(idx) == 0:
+        if ext.unsupported_reason(idx) == 1:
+            return (
+                False,
+                f"{arch}: not a target of this kernel (it runs on sm_90 and the sm_120 family)",
+            )
         return False, f"{arch}: no kernel variant fits the device's shared memory"
     return True, ""
