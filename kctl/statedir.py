@@ -56,17 +56,22 @@ def check_dir(path: Path) -> None:
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) 0700, or check the one there
-    (:func:`check_dir`), tightening a directory of kctl's own that others may read."""
+    """Create ``path`` and any missing parents 0700, or check the one there
+    (:func:`check_dir`, a symlink or another user's directory refused), tightening
+    kctl's own directory to 0700 if others may read it."""
     path = Path(path)
-    check_dir(path)
-    if not path.exists():
-        if path.parent != path and not path.parent.exists():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    missing: list[Path] = []
+    here = path
+    while not os.path.lexists(here) and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            os.mkdir(path, DIR_MODE)
-        check_dir(path)
-    os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask; this is not
+            os.mkdir(directory, DIR_MODE)  # the umask may mask this mode ...
+            os.chmod(directory, DIR_MODE)  # ... but not this one
+    check_dir(path)
+    if stat.S_IMODE(os.stat(path).st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
     return path
 
 
@@ -104,16 +109,18 @@ def open_fd(path: Path | str, flags: int, *, new: bool = False) -> int:
 
 
 def write_new(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` as a new 0600 file (an existing one is replaced only
-    when it is a regular file: it is unlinked first, never written through)."""
+    """Write ``data`` to ``path`` as a new 0600 file. An existing regular file is
+    unlinked first (never written through); a symlink or anything else is refused."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         st = None
     if st is not None:
-        if stat.S_ISDIR(st.st_mode):
-            raise _refuse(path, "is a directory", f"remove it: rm -r {path}")
-        os.unlink(path)  # a symlink is removed, not followed
+        if stat.S_ISLNK(st.st_mode):
+            raise _refuse(path, "is a symlink", f"remove it: rm {path}")
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, "is not a regular file", f"remove it: rm -r {path}")
+        os.unlink(path)  # replaced by a new file, never written through
     fd = open_fd(path, os.O_WRONLY, new=True)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
@@ -138,3 +145,21 @@ def read_text(path: Path) -> str:
     fd = open_fd(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as fh:
         return fh.read().decode("utf-8", "replace")
+
+
+def check_file(path: Path, *, tighten: bool = True) -> None:
+    """Refuse ``path`` if it exists and is a symlink, not a regular file, or another
+    user's; for files a library opens by name (SQLite's store). ``tighten``: make
+    kctl's own file 0600 if it is not."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(path, "is a symlink", f"remove it: rm {path}")
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, "is not a regular file", f"remove it: rm -r {path}")
+    if st.st_uid != os.getuid():
+        raise _refuse(path, f"is owned by another user (uid {st.st_uid})", f"rm {path}")
+    if tighten and stat.S_IMODE(st.st_mode) != FILE_MODE:
+        os.chmod(path, FILE_MODE)

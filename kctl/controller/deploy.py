@@ -18,6 +18,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from kctl import secrets
 from kctl.controller import common
 from kctl.controller.executor import Executor, RevertFailed
 from kctl.controller.host import HostChange, changing_host
@@ -127,6 +128,10 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
                     "`kctl rollback --to ID` to an earlier one that does (`kctl history`)",
                 )
             _preflight(ctx, runtime, candidate, serving)
+            # every secret a start may need is read now, before anything stops
+            for needed in (candidate, baseline, target[1] if target else None):
+                if needed is not None:
+                    secrets.check_available(needed)
         except PreflightFailed as exc:
             _record_refusal(host.store, runtime, candidate, serving, exc)
             raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kctl import secrets
 from kctl.controller import common
 from kctl.controller.executor import Executor
 from kctl.controller.host import changing_host
@@ -66,6 +67,7 @@ def rollback(
         with changing_host(ctx, command, target.id, store=store) as host:
             host.reconcile(runtime, resolver="rollback")
             runtime.check_available()
+            secrets.check_available(profile)  # before anything stops
             return _restore(host, runtime, target, profile)
     finally:
         store.close()

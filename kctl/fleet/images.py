@@ -129,16 +129,19 @@ def place(
 
 def connect_engine(endpoint: str) -> DockerClient:
     """A node's Docker engine (RuntimeUnavailable, exit 5, when it does not answer)."""
-    import docker
+    from kctl.runtime.docker.engine import engine_client, probe_unix_socket
 
-    from kctl.runtime.docker.engine import probe_unix_socket
-
+    what = "the Docker engine (fleet file swarm.engines)"
+    client = (
+        None
+        if endpoint.startswith("unix://")
+        else engine_client(endpoint, timeout_s=120, what=what)
+    )
     try:
         probe_unix_socket(endpoint)  # the SDK would leak the socket of a failed unix connect
-        # ssh:// through the system's ssh client (docker's own needs paramiko, not a dependency)
-        client = docker.DockerClient(
-            base_url=endpoint, timeout=120, use_ssh_client=endpoint.startswith("ssh://")
-        )
+        # ssh:// through the system's ssh client (docker's own needs paramiko, not a
+        # dependency); tcp:// only with TLS: a plain one was refused above, with the fix
+        client = client or engine_client(endpoint, timeout_s=120, what=what)
         try:
             client.ping()
         except Exception:

@@ -83,13 +83,12 @@ class SwarmDriver:
             if self.manager is None:
                 self._client = connect(timeout_s=60)
             else:
-                import docker
+                from kctl.runtime.docker.engine import engine_client
 
+                # plain tcp:// refused (RuntimeUnavailable, with the fix) before any try
+                client = engine_client(self.manager, timeout_s=60, what="the Swarm manager")
                 try:
-                    self._client = docker.DockerClient(
-                        base_url=self.manager, timeout=60,
-                        use_ssh_client=self.manager.startswith("ssh://"),
-                    )  # fmt: skip
+                    self._client = client
                     self._client.ping()
                 except Exception as exc:  # DockerException or a transport error: no manager
                     raise RuntimeUnavailable(

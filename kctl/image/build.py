@@ -9,6 +9,7 @@ lines; the tag is only applied on success, so a failure leaves the host as it wa
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import time
@@ -16,11 +17,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kctl.errors import BuildFailed
 from kctl.image.context import BuildContext, build_context, write_tar
 from kctl.profile.model import Profile
+from kctl.statedir import ensure_dir, open_fd, write_new
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -103,7 +105,7 @@ def build_image(
         if ctx.base_image:
             _require_base(engine, ctx.base_image)
         log_path = log_path_for(state_dir, ctx.tag)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(log_path.parent)
         image_id = _stream_build(engine, ctx, log_path, rebuild, progress, clock, start)
         return BuildResult(ctx.tag, image_id, True, log_path, clock() - start)
     finally:
@@ -129,6 +131,11 @@ def _require_base(engine: DockerClient, base: str) -> None:
             ) from None
 
 
+def _new_log(path: Path) -> TextIO:
+    write_new(path, b"")
+    return os.fdopen(open_fd(path, os.O_WRONLY | os.O_APPEND), "w", encoding="utf-8")
+
+
 def _stream_build(
     engine: DockerClient,
     ctx: BuildContext,
@@ -147,7 +154,8 @@ def _stream_build(
     # spooled: small contexts never touch the disk, big ones do not fill memory
     with (
         tempfile.SpooledTemporaryFile(max_size=64 << 20) as tar,
-        log_path.open("w", encoding="utf-8") as log,
+        # a predictable name: a new 0600 file, never written through a planted symlink
+        _new_log(log_path) as log,
     ):
         write_tar(ctx, tar)
         tar.seek(0)

@@ -26,6 +26,7 @@ from tenacity import (
 from kctl import __version__
 from kctl.errors import LockHeld, StoreError
 from kctl.lock.holder import LockInfo, alive, dead, iso_utc, takeover_warning
+from kctl.statedir import ensure_dir, open_fd, write_new
 
 LOCK_NAME = "lock"
 GUARD_NAME = "lock.guard"
@@ -78,8 +79,9 @@ class DeployLock:
         """The holder file as it is, None when there is none; not checked against the
         flock."""
         try:
-            raw = self.path.read_bytes()
-            mtime = self.path.stat().st_mtime
+            with os.fdopen(open_fd(self.path, os.O_RDONLY), "rb") as fh:  # no symlink
+                raw = fh.read()
+                mtime = os.fstat(fh.fileno()).st_mtime
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -103,7 +105,7 @@ class DeployLock:
     def _flock_is_held(self) -> bool:
         """Whether some process holds the flock; takes it shared for an instant to see."""
         try:
-            fd = os.open(self.guard_path, os.O_RDONLY)
+            fd = open_fd(self.guard_path, os.O_RDONLY)  # a symlink: UnsafeState
         except FileNotFoundError:
             return False
         except OSError:
@@ -150,14 +152,15 @@ class DeployLock:
 
     def _open_guard(self) -> int:
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.state_dir)
         except OSError as exc:
             raise StoreError(
                 f"{self.state_dir}: cannot create the state directory ({exc.strerror})",
                 hint="pass a writable --state-dir",
             ) from exc
         try:
-            return os.open(self.guard_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # 0600, never through a symlink (a planted one would create its target)
+            return open_fd(self.guard_path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise _unwritable(self.guard_path, exc) from exc
 
@@ -233,8 +236,8 @@ class DeployLock:
         is not fsynced: it only serves messages, and no flock survives a power loss."""
         tmp = self.state_dir / f".lock.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            tmp.write_bytes(info.to_file())
-            os.replace(tmp, self.path)
+            write_new(tmp, info.to_file())  # 0600, O_EXCL
+            os.replace(tmp, self.path)  # a symlink there is replaced, not followed
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise _unwritable(self.path, exc) from exc

@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from kctl.errors import StoreError
+from kctl.statedir import check_dir, check_file, ensure_dir
 from kctl.store import integrity, schema
 
 DB_NAME = "kctl.db"
@@ -71,6 +72,7 @@ def _create_file(path: Path) -> None:
     try:
         conn = connect(tmp, "rwc")
         try:
+            os.chmod(tmp, 0o600)  # before anything is in it; journals take its mode
             _create(conn)
         finally:
             conn.close()
@@ -112,9 +114,10 @@ def open_writable(state_dir: Path) -> sqlite3.Connection:
     must be a kctl store: an empty one is refused like any other damaged file."""
     path = state_dir / DB_NAME
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(state_dir)  # 0700; a symlink or another user's directory refused
     except OSError as exc:
         raise _unwritable(state_dir, exc) from exc
+    check_file(path)  # SQLite opens by name: a symlinked kctl.db is refused first
     if not os.access(state_dir, os.W_OK | os.X_OK):
         raise _unwritable(state_dir)
     if not path.exists():
@@ -158,6 +161,8 @@ def open_read_only(state_dir: Path) -> sqlite3.Connection:
     """Open the store for reading without creating or changing any file. A missing store
     reads as an empty one; an older schema is migrated in a memory copy."""
     path = state_dir / DB_NAME
+    check_dir(state_dir)
+    check_file(path, tighten=False)  # reading changes nothing
     if not path.exists():
         conn = _empty_in_memory()
     else:

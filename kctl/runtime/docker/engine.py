@@ -9,7 +9,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kctl.errors import KctlError, PreflightFailed, RuntimeUnavailable
 
@@ -23,7 +23,10 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
     """A docker client that has answered a ping; RuntimeUnavailable (exit 5) otherwise."""
     import docker  # lazy: not on the `kctl --help` path
 
-    probe_unix_socket(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    probe_unix_socket(host)
+    if _tcp(host):
+        tls_config(host, "DOCKER_HOST")  # plain TCP refused; from_env reads the same TLS
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))
     except Exception as exc:  # DockerException or a requests error: both mean "no engine"
@@ -38,6 +41,61 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
             f"docker engine not reachable: {_short(exc)}", hint=REMEDY
         ) from exc
     return client
+
+
+#: the fix for a plain-TCP engine endpoint
+TLS_FIX = (
+    "give the engine TLS and tell kctl its certificates: export DOCKER_TLS_VERIFY=1 and "
+    "DOCKER_CERT_PATH=<dir with ca.pem, cert.pem, key.pem> (dockerd --tlsverify, port 2376), "
+    "or reach it over ssh://user@host"
+)
+
+
+def _tcp(endpoint: str) -> bool:
+    return endpoint.startswith(("tcp://", "http://", "https://"))
+
+
+def tls_config(endpoint: str, what: str) -> Any:
+    """The verified TLS settings a ``tcp://`` engine endpoint is reached with
+    (``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``, as the docker CLI reads them). A plain
+    ``tcp://`` engine is refused: anyone on the path could read and drive it (the
+    Engine API runs containers as root)."""
+    from docker.tls import TLSConfig
+
+    if os.environ.get("DOCKER_TLS_VERIFY", "") in ("", "0"):
+        raise RuntimeUnavailable(
+            f"{what} {endpoint} is plain TCP: kctl refuses an unencrypted, "
+            "unauthenticated Docker engine",
+            hint=TLS_FIX,
+        )
+    certs = os.path.expanduser(os.environ.get("DOCKER_CERT_PATH") or "~/.docker")
+    files = {n: os.path.join(certs, f"{n}.pem") for n in ("ca", "cert", "key")}
+    missing = [f for f in files.values() if not os.path.isfile(f)]
+    if missing:
+        raise RuntimeUnavailable(
+            f"{what} {endpoint}: DOCKER_TLS_VERIFY is set but {', '.join(missing)} is missing",
+            hint=TLS_FIX,
+        )
+    return TLSConfig(
+        client_cert=(files["cert"], files["key"]), ca_cert=files["ca"], verify=files["ca"]
+    )
+
+
+def engine_client(endpoint: str, *, timeout_s: float, what: str) -> DockerClient:
+    """A client of the engine at ``endpoint`` (not yet pinged): ``unix://`` as is,
+    ``ssh://`` through the system's ssh client, ``tcp://`` only with verified TLS
+    (:func:`tls_config`)."""
+    import docker
+
+    tls = tls_config(endpoint, what) if _tcp(endpoint) else None
+    if endpoint.startswith("https://"):
+        endpoint = "tcp://" + endpoint[len("https://") :]
+    return docker.DockerClient(
+        base_url=endpoint,
+        timeout=max(1, int(timeout_s)),
+        tls=tls or False,
+        use_ssh_client=endpoint.startswith("ssh://"),
+    )
 
 
 def probe_unix_socket(host: str) -> None:
