@@ -92,14 +92,50 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: top-level keys of which a profile has at least one
+PROFILE_KEYS = frozenset(
+    {"extends", "baseline", "name", "description", "image", "server", "runtime", "health"}
+    | {"gate", "simulator"}
+)
+
+
+def _reference_problem(referrer: str, field: str, path: str) -> str | None:
+    """Why the file ``field`` (``extends``/``baseline``) of ``referrer`` names cannot be
+    opened as a profile: a symlink, or not a regular file (a FIFO would hang kctl)."""
+    if os.path.islink(path):
+        return (
+            f"{referrer}: {field}: {path} is a symlink; name the profile file itself "
+            "(kctl follows no symlink from one profile to another)"
+        )
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{referrer}: {field}: {path} is not a regular file; name a profile (.yaml) file"
+    return None
+
+
+def _not_a_profile(data: dict[str, Any]) -> bool:
+    return not any(str(k) in PROFILE_KEYS or str(k).startswith(EXTENSION_PREFIX) for k in data)
+
+
 def _resolve(
-    display: str, problems: Problems, origins: _Origins, chain: list[tuple[str, str]]
+    display: str,
+    problems: Problems,
+    origins: _Origins,
+    chain: list[tuple[str, str]],
+    referrer: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]] | None:
     """The merged mapping of ``display`` and its ``extends`` chain, plus, per key that
-    names a path (``baseline``), the file that declared it."""
+    names a path (``baseline``), the file that declared it. ``referrer``: the file and
+    field that named ``display`` (a file that is not a profile is refused there, its
+    content never shown)."""
     real = os.path.realpath(display)
     data = _read_yaml(display, real, problems)
     if data is None:
+        return None
+    if referrer is not None and _not_a_profile(data):
+        problems.raw(
+            f"{referrer[0]}: {referrer[1]}: {display} is not a kctl profile (none of "
+            f"{', '.join(sorted(PROFILE_KEYS))} at its top level); name a profile file"
+        )
         return None
     data = {k: v for k, v in data.items() if not str(k).startswith(EXTENSION_PREFIX)}
     declared = {"baseline": display} if "baseline" in data else {}
@@ -122,6 +158,10 @@ def _resolve(
                 f"{display}: extends: cycle {names}; remove one of these extends (got {parent!r})"
             )
             return None
+        why = _reference_problem(display, "extends", parent_display)
+        if why is not None:
+            problems.raw(why)
+            return None
         if not os.path.exists(parent_real):
             problems.raw(
                 f"{display}: extends: file not found: {parent_display}; the path is "
@@ -129,7 +169,11 @@ def _resolve(
             )
             return None
         resolved = _resolve(
-            parent_display, problems, origins, [*chain, (parent_real, parent_display)]
+            parent_display,
+            problems,
+            origins,
+            [*chain, (parent_real, parent_display)],
+            (display, "extends"),
         )
         if resolved is None:
             return None
@@ -152,14 +196,19 @@ def resolve_file(path: str | Path) -> dict[str, Any]:
     return resolved[0]
 
 
-def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ...] = ()) -> Profile:
+def load_profile(
+    path: str | Path,
+    *,
+    _baseline_chain: tuple[tuple[str, str], ...] = (),
+    _referrer: tuple[str, str] | None = None,
+) -> Profile:
     """Load, resolve and validate one profile; raise :class:`ProfileError` listing every
     problem. ``path`` is shown in messages exactly as given."""
     display = str(path)
     real = os.path.realpath(display)
     origins = _Origins(display)
     problems = Problems(origins)
-    resolved = _resolve(display, problems, origins, [(real, display)])
+    resolved = _resolve(display, problems, origins, [(real, display)], _referrer)
     if resolved is None:
         raise ProfileError(problems.lines)
     data, declared = resolved
@@ -180,9 +229,17 @@ def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ..
             )
         else:
             baseline_path = _relative_to(declaring, raw_baseline)
-            baseline_profile = _load_baseline(
-                baseline_path, raw_baseline, problems, (*_baseline_chain, (real, display))
-            )
+            why = _reference_problem(declaring, "baseline", baseline_path)
+            if why is not None:
+                problems.raw(why)
+            else:
+                baseline_profile = _load_baseline(
+                    baseline_path,
+                    raw_baseline,
+                    problems,
+                    (*_baseline_chain, (real, display)),
+                    declaring,
+                )
 
     profile = build_profile(data, problems, name=name, source=display, baseline=baseline_path)
     if profile is not None:
@@ -198,7 +255,11 @@ def load_profile(path: str | Path, *, _baseline_chain: tuple[tuple[str, str], ..
 
 
 def _load_baseline(
-    path: str, raw: str, problems: Problems, chain: tuple[tuple[str, str], ...]
+    path: str,
+    raw: str,
+    problems: Problems,
+    chain: tuple[tuple[str, str], ...],
+    declaring: str,
 ) -> Profile | None:
     real = os.path.realpath(path)
     reals = [r for r, _ in chain]
@@ -221,8 +282,11 @@ def _load_baseline(
         )
         return None
     try:
-        return load_profile(path, _baseline_chain=chain)
+        return load_profile(path, _baseline_chain=chain, _referrer=(declaring, "baseline"))
     except ProfileError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].startswith(f"{declaring}: baseline: "):
+            problems.raw(exc.problems[0])  # not a profile: said once, content not shown
+            return None
         problems.add(("baseline",), "the baseline profile is invalid (its problems follow)", raw)
         for line in exc.problems:
             problems.raw(line)

@@ -13,6 +13,7 @@ not. So the composed node graph is measured as it would expand, and refused beyo
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import yaml
@@ -166,11 +167,16 @@ def _where(text: str, offset: int) -> str:
 def read_text(path: str) -> str:
     """The file's text; :class:`ReadError` when it is missing, too large or not UTF-8."""
     try:
-        size = os.stat(path).st_size
-        if size > MAX_BYTES:
-            raise ReadError(_size_problem(size))
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)  # a growing file or a device reports no size
+        # non-blocking: a FIFO (or a device) is refused at once instead of hanging kctl
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ReadError("not a regular file; a profile is a YAML file")
+            if st.st_size > MAX_BYTES:
+                raise ReadError(_size_problem(st.st_size))
+            os.set_blocking(fd, True)
+            raw = fh.read(MAX_BYTES + 1)  # a growing file reports no final size
     except FileNotFoundError:
         raise ReadError("file not found") from None
     except OSError as exc:

@@ -24,7 +24,7 @@ from kctl.errors import RuntimeUnavailable
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.logrelay import SCRUB_ENV
 from kctl.secrets import resolve, resolve_env
-from kctl.statedir import ensure_dir, inside, open_fd, read_text, write_new
+from kctl.statedir import check_dir, ensure_dir, inside, open_fd, read_text, write_new
 
 _PROC = Path("/proc")
 #: the variables of kctl's environment a server gets (besides ``LC_*`` and ``KCTL_*``):
@@ -107,6 +107,9 @@ class LocalRuntime:
     # -- protocol ------------------------------------------------------------------------
 
     def check_available(self) -> None:
+        # before anything changes: a symlinked or foreign state dir or logs/ is refused
+        check_dir(self.state_dir)
+        check_dir(self.log_dir)
         if not _PROC.is_dir():
             raise RuntimeUnavailable(
                 "the local runtime needs /proc (Linux) to track its processes",

@@ -1,0 +1,229 @@
+"""Security cases: secrets configured the documented way never appear in clear (output,
+store, logs, argv), state only its owner reads, and what kctl refuses (a literal secret,
+``--api-key`` in extra_args, symlinks in the state dir, foreign profile references, a
+plain-TCP engine), each refused without touching its target."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from tests.faults.harness import Case
+
+TOKEN = "hf_tokenVALUE4b1d9e"  # noqa: S105 - a test value, the one every output is grepped for
+KEY = "sk-apikeyVALUE77c3a0"
+SECRET_ENV = {"KCTL_TEST_HF_TOKEN": TOKEN}
+
+
+@pytest.fixture
+def umask022() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _with_secrets(case: Case, name: str, key_file: Path, **env: str) -> str:
+    data: dict[str, Any] = yaml.safe_load(
+        Path(case.cand if name != "base.yaml" else case.base).read_text()
+    )
+    data["server"]["secrets"] = {"HF_TOKEN": {"env": "KCTL_TEST_HF_TOKEN"}}
+    data["server"]["api_key"] = {"file": str(key_file)}
+    if env:
+        data["server"].setdefault("env", {}).update(env)
+    return case.write(name, data)
+
+
+def _clean(where: str, text: str) -> None:
+    assert TOKEN not in text, f"the token is in {where}"
+    assert KEY not in text, f"the API key is in {where}"
+
+
+def test_secrets_stay_references_everywhere(case: Case, umask022: None) -> None:
+    key_file = case.tmp / "api-key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    base = _with_secrets(case, "base.yaml", key_file)
+    cand = _with_secrets(case, "cand.yaml", key_file)
+    crash = _with_secrets(case, "crash.yaml", key_file, KCTL_SIM_FAULT="crash_while_loading")
+
+    plan = case.run("plan", cand, env=SECRET_ENV)
+    assert plan.code == 0, str(plan)
+    assert "HF_TOKEN=<secret:env KCTL_TEST_HF_TOKEN>" in plan.out
+    assert f"api key: <secret:file {key_file}>" in plan.out
+    outputs = {
+        "plan": plan.text,
+        "plan --json": case.run("plan", cand, "--json", env=SECRET_ENV).text,
+    }
+
+    first = case.run("deploy", base, env=SECRET_ENV)
+    assert first.code == 0, str(first)
+    outputs["deploy"] = first.text
+    # the simulator enforces the key as SGLang does: /health open, the rest 401 without it
+    url = f"http://127.0.0.1:{case.port}"
+    assert requests.get(f"{url}/health", timeout=5).status_code == 200
+    assert requests.get(f"{url}/get_model_info", timeout=5).status_code == 401
+    auth = {"Authorization": f"Bearer {KEY}"}
+    assert requests.get(f"{url}/get_model_info", headers=auth, timeout=5).status_code == 200
+    cmdlines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().decode() for pid in case.servers()}
+    assert cmdlines, "no server to look at"
+
+    failed = case.run("deploy", crash, env=SECRET_ENV)
+    assert failed.code == 3, str(failed)
+    assert "last log lines" in failed.text or "log" in failed.text
+    outputs["failed deploy"] = failed.text
+    for args in (("status",), ("status", "--json"), ("history",), ("history", "--json"), ("logs",)):
+        outputs[" ".join(args)] = case.run(*args, env=SECRET_ENV).text
+    for where, text in {
+        **outputs,
+        **{f"/proc/{p}/cmdline": c for p, c in cmdlines.items()},
+    }.items():
+        _clean(where, text)
+
+    state = case.state / "simulate"
+    with sqlite3.connect(case.db) as conn:
+        _clean("the store dump", "\n".join(conn.iterdump()))
+    logs = list((state / "logs").iterdir())
+    assert logs and any("server_args=" in p.read_text() for p in logs)  # SGLang's line, scrubbed
+    for path in logs:
+        _clean(str(path), path.read_text(errors="replace"))
+
+    # every directory of the state 0700, every file 0600, though the umask was 022
+    for path in [case.state, *case.state.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {mode:o}"
+    case.run("stop", "--yes", env=SECRET_ENV)
+
+
+def test_a_literal_secret_is_refused_with_the_fix(case: Case) -> None:
+    data = yaml.safe_load(Path(case.base).read_text())
+    data["server"]["env"] = {"HF_TOKEN": TOKEN}
+    r = case.run("validate", case.write("clear.yaml", data))
+    assert r.code == 2, str(r)
+    assert "server.env.HF_TOKEN: looks like a secret" in r.text
+    assert "server.secrets.HF_TOKEN.env: HF_TOKEN" in r.text
+    _clean("the refusal", r.text)
+
+
+def test_api_key_in_extra_args_is_refused_for_the_field(case: Case) -> None:
+    data = yaml.safe_load(Path(case.base).read_text())
+    data["server"]["extra_args"] = [f"--api-key={KEY}"]
+    r = case.run("validate", case.write("argv.yaml", data))
+    assert r.code == 2, str(r)
+    assert "server.api_key" in r.text
+    _clean("the refusal", r.text)
+
+
+def test_a_missing_secret_stops_the_deploy_before_anything_changes(case: Case) -> None:
+    key_file = case.tmp / "api-key"
+    key_file.write_text(KEY)
+    key_file.chmod(0o600)
+    r = case.run("deploy", _with_secrets(case, "base.yaml", key_file))  # token not exported
+    assert r.code == 5, str(r)
+    assert "KCTL_TEST_HF_TOKEN is not set" in r.err
+    assert case.servers() == []
+
+
+@pytest.mark.parametrize("name", ["lock.guard", "kctl.db", "logs"])
+def test_a_symlink_in_the_state_dir_is_refused_untouched(case: Case, name: str) -> None:
+    state = case.state / "simulate"
+    state.mkdir(parents=True, mode=0o700)
+    case.state.chmod(0o700)
+    target = case.tmp / f"target-{name}"
+    if name == "logs":
+        target.mkdir()
+    (state / name).symlink_to(target)
+    r = case.run("deploy", case.base)
+    assert r.code == 5, str(r)
+    assert "symlink" in r.err and "touched nothing" in r.err
+    if name == "logs":
+        assert list(target.iterdir()) == []
+    else:
+        assert not target.exists()
+    assert case.servers() == []
+
+
+def test_a_symlinked_build_log_is_refused_untouched(tmp_path: Path) -> None:
+    from kctl.errors import UnsafeState
+    from kctl.image.build import _new_log
+
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    (tmp_path / "builds").mkdir()
+    log = tmp_path / "builds" / "kctl-x.log"
+    log.symlink_to(target)
+    with pytest.raises(UnsafeState, match="symlink"):
+        _new_log(log)
+    assert target.read_text() == "keep me"
+
+
+def test_a_state_dir_others_can_write_is_refused(case: Case) -> None:
+    state = case.state / "simulate"
+    state.mkdir(parents=True)
+    state.chmod(0o777)
+    r = case.run("deploy", case.base)
+    assert r.code == 5, str(r)
+    assert "other users can write it" in r.err and "chmod 700" in r.err
+
+
+def test_a_log_path_outside_the_state_dir_is_not_read(tmp_path: Path) -> None:
+    from kctl.errors import UnsafeState
+    from kctl.runtime.base import Instance
+    from kctl.runtime.local import LocalRuntime
+
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("not kctl's")
+    runtime = LocalRuntime(tmp_path / "state")
+    inst = Instance(runtime="local", deployment_id="d", ref="pid:1:0", log_path=str(outside))
+    with pytest.raises(UnsafeState, match="outside the state dir"):
+        runtime.logs(inst)
+
+
+@pytest.mark.parametrize("field", ["extends", "baseline"])
+def test_a_profile_reference_to_a_foreign_file_is_refused_unechoed(case: Case, field: str) -> None:
+    creds = case.write("creds.json", json.dumps({"auths": {"reg": {"auth": TOKEN}}}))
+    fifo = case.tmp / "fifo.yaml"
+    os.mkfifo(fifo, 0o600)
+    for target, why in ((creds, "is not a kctl profile"), (str(fifo), "is not a regular file")):
+        body = {"server": {"model_path": "/m"}, field: os.path.basename(target)}
+        r = case.run("validate", case.write("ref.yaml", body), timeout=20)
+        assert r.code == 2, str(r)
+        assert f"ref.yaml: {field}: " in r.text and why in r.text
+        _clean("the refusal", r.text)
+
+
+def test_a_plain_tcp_engine_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kctl.errors import RuntimeUnavailable
+    from kctl.fleet.images import connect_engine
+    from kctl.runtime.docker.engine import connect
+
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    with pytest.raises(RuntimeUnavailable, match="plain TCP") as info:
+        connect_engine("tcp://192.0.2.1:2375")
+    assert "DOCKER_TLS_VERIFY" in str(info.value)
+    monkeypatch.setenv("DOCKER_HOST", "tcp://192.0.2.1:2375")
+    with pytest.raises(RuntimeUnavailable, match="plain TCP"):
+        connect()
+
+
+def test_the_server_gets_an_explicit_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kctl.runtime.base import LaunchSpec
+    from kctl.runtime.local import LocalRuntime
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-the-server")
+    spec = LaunchSpec("d", "p", "h", ("true",), (("A", "1"),), "127.0.0.1", 1)
+    env = LocalRuntime(tmp_path).server_env(spec, {"HF_TOKEN": "t"})
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["A"] == "1" and env["HF_TOKEN"] == "t" and "PATH" in env
