@@ -1,8 +1,9 @@
 """``kctl stop --fleet FLEET --yes``: take every replica of the fleet down.
 
-    lock (the fleet's) → reconcile interrupted rollouts → orchestrator reachable → remove
-    the canary service, then the main service (each step journalled before it acts) →
-    nothing recorded serving
+    lock (the fleet's) → reconcile interrupted rollouts → orchestrator reachable → every
+    service found is one this state dir rolled out (else refused, nothing removed) →
+    remove the canary service, then the main service (each step journalled before it
+    acts) → nothing recorded serving
 
 As on one host, the known-good record stays: ``kctl rollback --fleet FLEET`` creates the
 service again on it, every replica verified, and ``kctl deploy`` starts from scratch.
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from kctl.controller.host import changing_host, new_txn_id
 from kctl.controller.steps import Step
-from kctl.errors import UsageError
+from kctl.errors import KctlError, PreconditionFailed, UsageError
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.rollout import driver_for, fleet_context, reconcile
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.store import Store
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,20 @@ def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
     with changing_host(fctx, f"kctl stop --fleet {fleet_path}") as host:
         driver.check_available()
         reconcile(host, driver, resolver="stop")
+        views = {step.role: driver.service(step.role) for step in STEPS}
+        for view in views.values():
+            if view is not None and not _recorded(host.store, view.deployment):
+                raise PreconditionFailed(
+                    f"service {view.name} runs {view.deployment or 'a spec kctl did not label'}, "
+                    f"which this state dir ({fctx.state_dir}) never recorded: nothing was stopped",
+                    hint="use the --state-dir that rolled it out, or remove it yourself "
+                    f"(`docker service rm {view.name}`)",
+                )
         txn = host.transaction(new_txn_id("s"))
         stopped: list[dict[str, Any]] = []
         removed: list[str] = []
         for step in STEPS:
-            view = driver.service(step.role)
+            view = views[step.role]
             with txn.step(step):
                 if driver.remove(step.role):
                     removed.append(view.name if view else step.role)
@@ -83,6 +94,16 @@ def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
         "known_good": known_good.id if known_good else None,
         "warnings": host.warnings,
     }
+
+
+def _recorded(store: Store, deployment: str) -> bool:
+    """Whether the fleet's store holds the deployment a service runs."""
+    if not deployment:
+        return False
+    try:
+        return store.get_deployment(deployment).id == deployment
+    except KctlError:
+        return False
 
 
 def stop_text(result: dict[str, Any], fleet_path: str) -> str:
