@@ -28,11 +28,14 @@ Docker run spec -> pod:
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from kctl.k8s.target import LWS_WORKER_INDEX, Target, multi_node_args, seconds
 from kctl.launch import SIM_RELEASE_ENV, simulator_env
+from kctl.profile.model import SecretRef
+from kctl.runtime.docker.spec import CONTAINER_CONFIG
 
 CONTAINER = "sglang"
 PORT_NAME = "http"
@@ -86,11 +89,30 @@ def fingerprint_annotations(target: Target) -> dict[str, str]:
     }
 
 
-def _env(target: Target) -> list[dict[str, str]]:
+#: the Kubernetes Secret a secret reference without ``k8s:`` names
+DEFAULT_SECRET = "kctl-secrets"
+
+
+def secret_key_ref(name: str, ref: SecretRef) -> dict[str, str]:
+    """The ``secretKeyRef`` of a secret reference: its ``k8s: name/key``, else
+    :data:`DEFAULT_SECRET` and the variable's name in lower case, ``_`` as ``-``."""
+    if ref.k8s is not None:
+        secret, key = ref.k8s.split("/", 1)
+        return {"name": secret, "key": key}
+    return {"name": DEFAULT_SECRET, "key": name.lower().replace("_", "-")}
+
+
+def _env(target: Target) -> list[dict[str, Any]]:
     env = dict(target.profile.server.env)
     if target.profile.image.install_simulator:  # a test image: the simulator stands in
         env |= dict(simulator_env(target.profile)) | {SIM_RELEASE_ENV: target.release.version}
-    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+    out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    # secrets are the cluster's: the pod names the Secret, never a value
+    out += [
+        {"name": k, "valueFrom": {"secretKeyRef": secret_key_ref(k, ref)}}
+        for k, ref in target.profile.server.secrets
+    ]
+    return sorted(out, key=lambda e: str(e["name"]))
 
 
 def _http(path: str) -> dict[str, Any]:
@@ -155,6 +177,16 @@ def _volumes(target: Target) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         read_only = v.read_only or holds_model(target, v.container)
         volumes.append({"name": name, "hostPath": {"path": v.host, "type": "Directory"}})
         mounts.append({"name": name, "mountPath": v.container, "readOnly": read_only})
+    key = target.profile.server.api_key
+    if key is not None:
+        # SGLang's --config file from the Secret (its key holds "api-key: <the key>"):
+        # the key is in neither the args nor the pod spec
+        ref = secret_key_ref("SGLANG_API_KEY", key)
+        item = {"key": ref["key"], "path": os.path.basename(CONTAINER_CONFIG)}
+        volumes.append({"name": "api-key", "secret": {"secretName": ref["name"], "items": [item]}})
+        mounts.append(
+            {"name": "api-key", "mountPath": os.path.dirname(CONTAINER_CONFIG), "readOnly": True}
+        )
     return volumes, mounts
 
 
@@ -189,6 +221,8 @@ def container(target: Target, *, role: str) -> dict[str, Any]:
     if role != "single":
         rank = "0" if role == "leader" else f"$({LWS_WORKER_INDEX})"
         argv[at:at] = multi_node_args(target.release, target.fleet, rank=rank)
+    if target.profile.server.api_key is not None:
+        argv += ["--config", CONTAINER_CONFIG]  # as the docker runtime passes it
     _, mounts = _volumes(target)
     out: dict[str, Any] = {
         "name": CONTAINER,

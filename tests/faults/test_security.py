@@ -227,3 +227,38 @@ def test_the_server_gets_an_explicit_environment(
     env = LocalRuntime(tmp_path).server_env(spec, {"HF_TOKEN": "t"})
     assert "AWS_SECRET_ACCESS_KEY" not in env
     assert env["A"] == "1" and env["HF_TOKEN"] == "t" and "PATH" in env
+
+
+def test_rendered_k8s_objects_name_secrets_never_values(tmp_path: Path) -> None:
+    import dataclasses
+
+    from kctl.fleet.loader import load_fleet
+    from kctl.k8s.render import render
+    from kctl.profile.loader import load_profile
+    from kctl.profile.model import SecretRef
+    from tests.k8s.conftest import EXAMPLE, KDTREE
+
+    profile = load_profile(KDTREE)
+    server = dataclasses.replace(
+        profile.server,
+        secrets=(
+            ("HF_TOKEN", SecretRef(env="KCTL_TEST_HF_TOKEN")),
+            ("DB_PASSWORD", SecretRef(file="/etc/db", k8s="db/password")),
+        ),
+    )
+    os.environ["KCTL_TEST_HF_TOKEN"] = TOKEN
+    try:
+        rendered = render(dataclasses.replace(profile, server=server), load_fleet(EXAMPLE))
+    finally:
+        del os.environ["KCTL_TEST_HF_TOKEN"]
+    text = json.dumps(rendered.objects)
+    _clean("the rendered objects", text)
+    assert '"secretKeyRef": {"name": "kctl-secrets", "key": "hf-token"}' in text
+    assert '"secretKeyRef": {"name": "db", "key": "password"}' in text
+    keyed = dataclasses.replace(profile.server, api_key=SecretRef(env="KCTL_TEST_HF_TOKEN"))
+    text = json.dumps(
+        render(dataclasses.replace(profile, server=keyed), load_fleet(EXAMPLE)).objects
+    )
+    _clean("the rendered objects", text)
+    assert '"--config", "/run/kctl/sglang-config.yaml"' in text
+    assert '"secretName": "kctl-secrets", "items": [{"key": "sglang-api-key"' in text
