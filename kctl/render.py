@@ -140,21 +140,38 @@ def deploy_text(result: dict[str, Any], *, reason: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _serving_line(report: dict[str, Any]) -> str:
+    """What serves, first: the store's serving deployment, or else what really answers on
+    a port (a server an interrupted command left, or a process kctl does not own)."""
+    serving = report.get("serving")
+    if serving:
+        return (
+            f"serving: {serving['id']}  profile {serving['profile']} "
+            f"(hash {str(serving['profile_hash'])[:12]})  {serving.get('process', '')}"
+        ).rstrip()
+    others = report.get("unmanaged") or []
+    ours = [u for u in others if u.get("deployment")]
+    if ours:
+        u = ours[0]
+        return (
+            f"serving: {u['deployment']}  profile {u.get('profile') or '?'} on port "
+            f"{u['port']} ({u.get('health', 'health unknown')}), NOT verified: the store "
+            "does not record it serving; run `kctl rollback`"
+        )
+    if others:
+        return f"serving: nothing of kctl's; something else listens on port {others[0]['port']}"
+    return "serving: nothing"
+
+
 def status_text(report: dict[str, Any]) -> str:
-    lines = [f"state: {report['state_dir']}"]
+    lines = [_serving_line(report)]
     if report.get("degraded"):
         lines.append(report["degraded"])
     serving = report.get("serving")
-    if serving:
-        lines.append(
-            f"serving: {serving['id']}  profile {serving['profile']} "
-            f"(hash {str(serving['profile_hash'])[:12]})  {serving.get('process', '')}"
-        )
-        if serving.get("sglang_version"):
-            lines.append(f"sglang: {serving['sglang_version']} (as the server reported it)")
-    else:
-        lines.append("serving: nothing")
+    if serving and serving.get("sglang_version"):
+        lines.append(f"sglang: {serving['sglang_version']} (as the server reported it)")
     lines.append(f"health: {report['health']}")
+    lines.append(f"state: {report['state_dir']}")
     known = report.get("known_good")
     lines.append(
         f"known-good: {known['id']}  profile {known['profile']}" if known else "known-good: none"

@@ -15,13 +15,20 @@ from kctl.controller.host import changing_host
 from kctl.controller.planner import plan_rollback
 from kctl.controller.recover import adopt, serving_now
 from kctl.controller.runstate import RunState
-from kctl.errors import Degraded, Interrupted, KctlError, PreconditionFailed, RevertAborted
+from kctl.errors import (
+    Degraded,
+    HealthFailed,
+    Interrupted,
+    KctlError,
+    PreconditionFailed,
+    RevertAborted,
+)
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
     from kctl.controller.host import HostChange
     from kctl.profile.model import Profile
-    from kctl.runtime.base import Runtime
+    from kctl.runtime.base import Instance, Runtime
     from kctl.store import Store
     from kctl.store.records import Deployment
 
@@ -125,8 +132,9 @@ def _restore(
     ctx, store = host.ctx, host.store
     t0 = ctx.monotonic()
     serving = serving_now(store, runtime)
+    if serving is not None and serving[0].id == target.id and _restart(host, runtime, serving):
+        serving = None
     if serving is not None and serving[0].id == target.id:
-        common.wait_healthy(ctx, runtime, serving[1], profile)
         adopt(store, serving)
         store.set_serving(target.id)
         # the rollback's own record: the newest transaction now says the host is verified,
@@ -182,6 +190,23 @@ def _restore(
         record.id, target.id, profile.name, "restored", reason, timings=timings,
         warnings=host.warnings,
     )  # fmt: skip
+
+
+def _restart(host: HostChange, runtime: Runtime, serving: tuple[Deployment, Instance]) -> bool:
+    """Whether the target, which runs, must be restarted: it is verified healthy if it
+    answers within its health deadline; one that never does (hung, stuck loading) is
+    stopped here, so the rollback's plan starts it afresh."""
+    dep, inst = serving
+    profile = common.profile_of(dep)
+    try:
+        common.wait_healthy(host.ctx, runtime, inst, profile)
+    except HealthFailed as exc:
+        host.warn(f"{dep.id} runs but is not healthy ({exc.message}); restarting it")
+        host.ctx.reporter.event(f"stopping {dep.id} (rollback: not healthy)")
+        runtime.stop(inst, profile.runtime.stop_timeout_s)
+        host.store.set_serving(None)
+        return True
+    return False
 
 
 def _degraded(host: HostChange, dep_id: str, reason: str) -> None:

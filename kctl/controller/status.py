@@ -38,8 +38,11 @@ class StatusReport:
 
     @property
     def needs_attention(self) -> bool:
-        """True when a human (or `kctl rollback`) must act: exit code 4 for scripts."""
-        return bool(self.degraded or self.interrupted or self.health == "down")
+        """True when a human (or `kctl rollback`) must act: exit code 4 for scripts. A
+        serving process that runs but does not answer (hung, or not listening) counts,
+        unless a command running now is bringing it up."""
+        silent = self.health.startswith("unreachable") and self.in_progress is None
+        return bool(self.degraded or self.interrupted or self.health == "down" or silent)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "needs_attention": self.needs_attention}
@@ -98,6 +101,10 @@ def status(ctx: Context) -> StatusReport:
         _last_gate(ctx, report, store)
         report.report = _last_report(ctx, store)
         _host(ctx, report, store)
+        ours = [u for u in report.unmanaged if u["deployment"]]
+        if report.serving is None and ours:
+            # the store names nothing, but a server of kctl's answers: say so, not "nothing"
+            report.health = f"{ours[0]['health']} ({ours[0]['deployment']}, not verified)"
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
         if latest and latest[0].status in ("degraded", "aborted"):
@@ -151,6 +158,12 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
     if state.running:
         host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
         report.health = probe_health(host, inst.port)
+        if report.health.startswith("unreachable") and report.in_progress is None:
+            report.problems.append(
+                f"{dep.id}'s server ({state.detail}) runs but does not answer /health on "
+                f"port {inst.port}: it is hung (stopped or stuck) or not listening; "
+                "`kctl rollback` restarts the known-good baseline and verifies it"
+            )
     else:
         report.health = "down"
         report.problems.append(
@@ -182,13 +195,16 @@ def _host(ctx: Context, report: StatusReport, store: Store) -> None:
             if inst.deployment_id in open_ids
             else "the store does not record it serving"
         )
+        health = probe_health(_host_of(recent, inst.deployment_id), inst.port)
         report.unmanaged.append(
             {
                 "deployment": inst.deployment_id,
+                "profile": _profile_name(recent, inst.deployment_id),
                 "port": inst.port,
                 "process": inst.ref,
-                "note": f"kctl's server of {inst.deployment_id} runs on port {inst.port}, "
-                f"but {why}; `kctl rollback` reconciles it",
+                "health": health,
+                "note": f"kctl's server of {inst.deployment_id} runs on port {inst.port} "
+                f"({health}), but {why}; `kctl rollback` reconciles it",
             }
         )
     for host, port in _ports(recent):
@@ -204,6 +220,21 @@ def _host(ctx: Context, report: StatusReport, store: Store) -> None:
                 "stop it before deploying there",
             }
         )
+
+
+def _host_of(recent: list[Any], deployment_id: str) -> str:
+    """The host to probe a recent deployment's server on (127.0.0.1 for one not recent)."""
+    from kctl.launch import connect_host
+
+    for dep in recent:
+        if dep.id == deployment_id:
+            server = (dep.profile or {}).get("server") or {}
+            return connect_host(str(server.get("host") or "127.0.0.1"))
+    return "127.0.0.1"
+
+
+def _profile_name(recent: list[Any], deployment_id: str) -> str | None:
+    return next((str(d.profile_name) for d in recent if d.id == deployment_id), None)
 
 
 def _owned(ctx: Context, recent: list[Any], report: StatusReport) -> list[Any]:

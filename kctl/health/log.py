@@ -35,6 +35,26 @@ RUNTIME_START_PREFIX = RUNTIME_LINE_PREFIX + " starting "
 READY_LINE = "The server is fired up and ready to roll!"
 #: how many log lines a HealthFailed carries
 LOG_TAIL_LINES = 30
+#: how far back the tail looks for the server's own lines among kctl's probes
+LOG_TAIL_SCAN = 3000
+#: an access-log line (uvicorn's format, as SGLang writes it) of one of kctl's own probes:
+#: left out of the tail, which must show what the server said, not how often it was asked
+PROBE_LINE = re.compile(
+    r'"(?:GET|HEAD) /(?:health|health_generate|get_model_info|model_info|get_server_info|'
+    r'server_info|v1/models)(?:\?[^" ]*)? HTTP/[\d.]+" \d{3}'
+)
+
+
+def server_lines(text: str, keep: int = LOG_TAIL_LINES) -> str:
+    """The last ``keep`` lines of a log without the access lines of kctl's probes; a
+    first line says how many probe lines were left out, when any were."""
+    lines = text.rstrip("\n").split("\n") if text.strip() else []
+    own = [line for line in lines if not PROBE_LINE.search(line)]
+    dropped = len(lines) - len(own)
+    out = own[-keep:]
+    if dropped:
+        out.insert(0, f"({dropped} access lines of kctl's health probes left out)")
+    return "\n".join(out)
 
 
 def _last_start(lines: list[str]) -> int:
@@ -63,15 +83,15 @@ class LogWatch:
         self.scanned = 0
         self.kernel_line: str | None = None
         self.ready = False
-        self.recent: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        self.recent: deque[str] = deque(maxlen=LOG_TAIL_SCAN)
         #: a traceback's first line, until the exception line that ends it is logged
         self.traceback: str | None = None
 
     def tail(self) -> str:
         try:
-            return self.runtime.logs(self.instance, tail=LOG_TAIL_LINES).rstrip("\n")
+            return server_lines(self.runtime.logs(self.instance, tail=LOG_TAIL_SCAN))
         except KctlError:
-            return "\n".join(self.recent)
+            return server_lines("\n".join(self.recent))
 
     def scan(self, phase: str, *, final: bool = False) -> None:
         """Scan lines logged since the last scan. A trailing line without its newline is
