@@ -95,6 +95,15 @@ def deploy_fleet(
             f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r}; a fleet runs images",
             hint="set runtime.kind: docker in the profile",
         )
+    for profile in (candidate, baseline):
+        if profile is not None and (profile.server.secrets or profile.server.api_key):
+            # the service spec carries no secret yet: refused rather than run without them
+            raise UsageError(
+                f"{profile.source}: server.secrets / server.api_key: a Swarm fleet does not "
+                "pass secrets to its replicas yet (they would start without them)",
+                hint="deploy this profile on one host, or render it for Kubernetes "
+                "(kctl render --k8s), which names them as Secrets",
+            )
     fctx = fleet_context(ctx, fleet)
     driver = driver_for(fctx, fleet)
     with changing_host(fctx, f"kctl deploy {profile_path} --fleet {fleet_path}") as host:

@@ -262,3 +262,12 @@ def test_rendered_k8s_objects_name_secrets_never_values(tmp_path: Path) -> None:
     _clean("the rendered objects", text)
     assert '"--config", "/run/kctl/sglang-config.yaml"' in text
     assert '"secretName": "kctl-secrets", "items": [{"key": "sglang-api-key"' in text
+
+
+def test_a_fleet_refuses_secrets_it_cannot_pass_yet(case: Case) -> None:
+    from tests.k8s.conftest import EXAMPLE, KDTREE
+
+    body = {"extends": str(KDTREE), "server": {"secrets": {"HF_TOKEN": {"env": "HF_TOKEN"}}}}
+    r = case.run("deploy", case.write("fleet-cand.yaml", body), "--fleet", str(EXAMPLE))
+    assert r.code == 2, str(r)
+    assert "a Swarm fleet does not pass secrets" in r.err
