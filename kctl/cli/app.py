@@ -23,8 +23,20 @@ class _FlagHelp:
         return opt
 
 
+#: every command's help names the global options, which go before the command's name
+GLOBALS_EPILOG = (
+    "Global options, given before the command: --state-dir DIR (where the store, lock "
+    "and logs live), --simulate (the SGLang simulator on this machine; never touches a "
+    "real deployment), --json, --verbose. E.g. `kctl --state-dir .kctl-state --simulate "
+    "{name} ...`; `kctl --help` describes them."
+)
+
+
 class _Command(_FlagHelp, TyperCommand):
-    pass
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        note = GLOBALS_EPILOG.format(name=self.name)
+        self.epilog = f"{self.epilog}\n\n{note}" if self.epilog else note
 
 
 class _Group(_FlagHelp, TyperGroup):

@@ -93,3 +93,23 @@ def test_terminal_waits_are_drawn_by_rich_and_end_before_the_result(
     err = capsys.readouterr().err
     assert "kctl: d-1 is healthy" in err and "kctl: measuring" in err
     assert "health d-1" in err and "330/900 s" in err and "healthy" in err
+
+
+def _commands() -> list[list[str]]:
+    """Every command's argv prefix, the lock group's subcommands included."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    out: list[list[str]] = []
+    for name, cmd in group.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(cmd, "commands", None)
+        out += [[name, sub] for sub in subs] if subs else [[name]]
+    return out
+
+
+@pytest.mark.parametrize("args", _commands(), ids=" ".join)
+def test_every_command_help_names_simulate_and_state_dir(args: list[str]) -> None:
+    out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "80"}).output
+    text = " ".join(out.split())
+    assert "--simulate" in text and "--state-dir" in text, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
