@@ -95,11 +95,18 @@ class Store(JournalMixin, ResultsMixin):
         Raises StoreCorrupt for a damaged or foreign file, StoreError for a newer schema
         or an unwritable directory; a refused file is never modified.
         """
+        from kctl.store.records_check import check_records
+
         state_dir = Path(state_dir)
         if read_only:
             conn = connection.open_read_only(state_dir)
         else:
             conn = connection.open_writable(state_dir)
+        try:
+            check_records(conn, state_dir / connection.DB_NAME)
+        except BaseException:
+            conn.close()
+            raise
         return cls(conn, state_dir / connection.DB_NAME, clock=clock, read_only=read_only)
 
     def close(self) -> None:

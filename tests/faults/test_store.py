@@ -252,3 +252,33 @@ def test_rollback_does_not_create_a_mistyped_state_dir(case: Case) -> None:
     )  # fmt: skip
     assert r.returncode != 0
     assert not typo.exists(), "rollback created the mistyped state dir"
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "what"),
+    [
+        ("measurements", "data_json", b"\xff\xfe not utf-8", "is not valid UTF-8"),
+        ("measurements", "data_json", b"{not json", "is not valid JSON"),
+        ("deployments", "profile_json", b"\xc3\x28", "is not valid UTF-8"),
+    ],
+    ids=["measurement-bad-utf8", "measurement-bad-json", "deployment-bad-utf8"],
+)
+def test_damaged_record_refused_by_every_command(
+    case: Case, table: str, column: str, value: bytes, what: str
+) -> None:
+    case.establish()
+    conn = sqlite3.connect(case.db)
+    key = "id"
+    (rowid,) = conn.execute(f"SELECT {key} FROM {table} LIMIT 1").fetchone()
+    conn.execute(f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {key} = ?", (value, rowid))
+    conn.commit()
+    conn.close()
+    digest = _digest(case.db)
+    for args in (("status",), ("history",), ("deploy", case.cand), ("rollback",), ("bench",)):
+        r = case.run(*args)
+        assert r.code == 5, f"{args}: {r}"
+        assert f"the {table} record {key}={rowid} is damaged" in r.err, f"{args}: {r}"
+        assert what in r.err and "restore it from a backup" in r.err, f"{args}: {r}"
+        assert "internal error" not in r.err, f"{args}: {r}"
+        assert _digest(case.db) == digest, args
+    assert case.serving() == BASE_NAME
