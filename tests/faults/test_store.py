@@ -107,7 +107,7 @@ def small_fs(case: Case) -> Iterator[Path]:
         for path, size in ((case.state, "1m"), (logs, "16m")):
             path.mkdir(parents=True, exist_ok=True)
             r = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
                 capture_output=True,
                 text=True,
             )
