@@ -55,6 +55,7 @@ class Fleet:
         self.env.pop("KCTL_SIM_FLEET_FAULT", None)
         self.env["PYTHONPATH"] = os.pathsep.join([str(REPO), self.env.get("PYTHONPATH", "")])
         self.env["XDG_STATE_HOME"] = str(tmp / "xdg")
+        self.known_good = ""  # the baseline's deployment id, once the fixture deployed it
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "kctl", "--state-dir", str(self.state), "--simulate", *args]
@@ -111,6 +112,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         assert first.code == 0, first.explain()
         assert "ESTABLISHED" in first.out
         f.assert_all_on("baseline")
+        f.known_good = f.status()[1]["serving"]["id"]
         yield f
     finally:
         f.cleanup()
@@ -228,9 +230,11 @@ def test_promoted_rollout_moves_every_replica_and_serves_throughout(fleet: Fleet
 def test_stop_takes_every_replica_down_and_rollback_brings_the_known_good_back(
     fleet: Fleet,
 ) -> None:
+    """Runs after the promotion: the candidate serves, and the known-good stays the baseline."""
     code, before = fleet.status()
     assert code == 0 and before["serving"] is not None, before
     serving = before["serving"]["profile_name"]
+    assert serving == "candidate" and fleet.known_good != before["serving"]["id"], before
     refused = fleet.run("stop", "--fleet", str(fleet.file))  # no --yes: nothing touched
     assert refused.code == 2 and "pass --yes to confirm" in refused.err, refused.explain()
     fleet.assert_all_on(serving)
@@ -239,7 +243,7 @@ def test_stop_takes_every_replica_down_and_rollback_brings_the_known_good_back(
     result = json.loads(r.out)["result"]
     assert result["removed"] == [fleet.name] and result["driver"] == "simulated", result
     assert sorted(s["port"] for s in result["stopped"]) == [p for _, p in fleet.endpoints()]
-    assert result["known_good"] == before["serving"]["id"]
+    assert result["known_good"] == fleet.known_good
     code, st = fleet.status()
     assert code == 0 and st["service"] is None and st["replicas"] == [], st
     assert st["serving"] is None and not st["problems"], st
@@ -250,7 +254,7 @@ def test_stop_takes_every_replica_down_and_rollback_brings_the_known_good_back(
     assert again.code == 0 and "nothing ran; nothing to stop" in again.out, again.explain()
     back = fleet.run("rollback", "--fleet", str(fleet.file))
     assert back.code == 0, back.explain()
-    fleet.assert_all_on(serving)
+    fleet.assert_all_on("baseline")  # the known-good, not the promoted candidate
 
 
 def test_the_fault_knob_parses_per_profile_and_slot() -> None:
