@@ -1,15 +1,15 @@
-"""An argparse parser rebuilt from a release's table (see :meth:`Release.parser`)."""
+"""A release's server options as its table records them (:class:`Option`), and the
+argparse parser rebuilt from them (see :meth:`kctl.sglang.releases.Release.parser`).
+Imports nothing of the release table, which builds on it."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from kctl.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from kctl.sglang.releases import Option, Release
 
 _BUILTIN_KINDS = {"store_true", "store_false", "store_const", "append", "append_const", "count"}
 _TYPES: dict[str | None, Callable[[str], Any] | None] = {
@@ -18,6 +18,44 @@ _TYPES: dict[str | None, Callable[[str], Any] | None] = {
     "str": str,
     None: None,
 }
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argparse action of a release's server parser."""
+
+    options: tuple[str, ...]
+    dest: str
+    kind: str
+    nargs: int | str | None
+    type: str | None
+    choices: tuple[Any, ...] | None
+    default: Any
+    const: Any
+    required: bool
+    deprecated: str | None
+    hidden: bool
+    action: str | None = None
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether the option consumes argument tokens (``--x V``), not a bare switch."""
+        return self.nargs != 0
+
+    @property
+    def is_flag(self) -> bool:
+        """A boolean switch: ``store_true``/``store_false``, a ``--x/--no-x`` pair, or a
+        deprecated switch kept for compatibility."""
+        return self.nargs == 0 and self.kind not in ("help", "version", "count")
+
+    def convert(self, value: str) -> Any:
+        """``value`` converted as the release's parser does for ``int``/``float``
+        (``ValueError`` if it cannot be); other types are kept as the string."""
+        if self.type == "int":
+            return int(value)
+        if self.type == "float":
+            return float(value)
+        return value
 
 
 class ParserError(InvalidInput):
@@ -75,15 +113,25 @@ def _kwargs(opt: Option, extra: Sequence[str]) -> dict[str, Any]:
     return kwargs
 
 
-def build_parser(release: Release, extra_choices: dict[str, Any]) -> ReleaseParser:
+def build_parser(
+    options: Sequence[Option],
+    *,
+    prog: str,
+    allow_abbrev: bool,
+    prefix_chars: str,
+    fromfile_prefix_chars: str | None,
+    extra_choices: dict[str, Any],
+) -> ReleaseParser:
+    """The parser of ``options`` with the parser settings a release's table records;
+    ``extra_choices`` adds choices by dest."""
     parser = ReleaseParser(
-        prog=" ".join(release.launcher.argv),
-        allow_abbrev=release.allow_abbrev,
-        prefix_chars=release.prefix_chars,
-        fromfile_prefix_chars=release.fromfile_prefix_chars,
+        prog=prog,
+        allow_abbrev=allow_abbrev,
+        prefix_chars=prefix_chars,
+        fromfile_prefix_chars=fromfile_prefix_chars,
         add_help=False,
     )
-    for opt in release.options:
+    for opt in options:
         extra = list(extra_choices.get(opt.dest, ()))
         if not opt.options:
             continue  # ServerArgs has no positional arguments; none to rebuild

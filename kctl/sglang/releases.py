@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from kctl.errors import InvalidInput
-from kctl.sglang._rebuild import ParserError
+from kctl.sglang._rebuild import Option, ParserError, build_parser
 
 __all__ = [
     "NO_HOOKS",
@@ -62,44 +62,6 @@ def version_key(version: str) -> tuple[int, int, int, int]:
         )
     major, minor, patch, post = m.groups()
     return (int(major), int(minor), int(patch), int(post or -1))
-
-
-@dataclass(frozen=True)
-class Option:
-    """One argparse action of a release's server parser."""
-
-    options: tuple[str, ...]
-    dest: str
-    kind: str
-    nargs: int | str | None
-    type: str | None
-    choices: tuple[Any, ...] | None
-    default: Any
-    const: Any
-    required: bool
-    deprecated: str | None
-    hidden: bool
-    action: str | None = None
-
-    @property
-    def takes_value(self) -> bool:
-        """Whether the option consumes argument tokens (``--x V``), not a bare switch."""
-        return self.nargs != 0
-
-    @property
-    def is_flag(self) -> bool:
-        """A boolean switch: ``store_true``/``store_false``, a ``--x/--no-x`` pair, or a
-        deprecated switch kept for compatibility."""
-        return self.nargs == 0 and self.kind not in ("help", "version", "count")
-
-    def convert(self, value: str) -> Any:
-        """``value`` converted as the release's parser does for ``int``/``float``
-        (``ValueError`` if it cannot be); other types are kept as the string."""
-        if self.type == "int":
-            return int(value)
-        if self.type == "float":
-            return float(value)
-        return value
 
 
 @dataclass(frozen=True)
@@ -248,9 +210,14 @@ class Release:
         ``extra_choices`` adds choices by dest (an attention backend a plugin registers).
         Errors raise :class:`ParserError` instead of exiting. Values of options whose type
         is a release function are kept as strings."""
-        from kctl.sglang._rebuild import build_parser
-
-        return build_parser(self, dict(extra_choices or {}))
+        return build_parser(
+            self.options,
+            prog=" ".join(self.launcher.argv),
+            allow_abbrev=self.allow_abbrev,
+            prefix_chars=self.prefix_chars,
+            fromfile_prefix_chars=self.fromfile_prefix_chars,
+            extra_choices=dict(extra_choices or {}),
+        )
 
 
 def _option(raw: Mapping[str, Any]) -> Option:
