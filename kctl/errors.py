@@ -43,10 +43,7 @@ or :class:`Degraded`. They only reach the user from commands that have nothing t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kctl.runtime.base import Instance
+from typing import Any
 
 
 class KctlError(Exception):
@@ -178,8 +175,7 @@ class DeploymentNotFound(StoreError, UsageError):
 
 class HealthFailed(KctlError):
     """The server did not become healthy. ``matched_line`` is the fatal log line that
-    ended the wait early, when there was one; ``log_tail`` the last log lines;
-    ``instance`` the server that failed, once it is known (so a caller can stop it)."""
+    ended the wait early, when there was one; ``log_tail`` the last log lines."""
 
     def __init__(
         self,
@@ -189,13 +185,11 @@ class HealthFailed(KctlError):
         matched_line: str | None = None,
         log_tail: str = "",
         hint: str | None = None,
-        instance: Instance | None = None,
     ) -> None:
         super().__init__(message, hint=hint)
         self.phase = phase
         self.matched_line = matched_line
         self.log_tail = log_tail
-        self.instance = instance
 
 
 class ServerExited(HealthFailed):

@@ -37,11 +37,7 @@ from kctl.controller.steps import (
     StopServing,
     WaitHealthy,
 )
-from kctl.errors import (
-    HealthFailed,
-    Interrupted,
-    KctlError,
-)
+from kctl.errors import Interrupted, KctlError
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -241,13 +237,9 @@ class Executor:
             self.ctx.reporter.event(f"health of {self.state.serving[0].id} verified")
             return
         instance = self.state.instances[step.role]
-        try:
-            report = common.wait_healthy(
-                self.ctx, self.runtime, instance, profile, revert=step.role == "target"
-            )
-        except HealthFailed as exc:
-            exc.instance = instance
-            raise
+        report = common.wait_healthy(
+            self.ctx, self.runtime, instance, profile, revert=step.role == "target"
+        )
         self.state.health[step.role] = report
         self.ctx.reporter.event(f"{instance.deployment_id} is healthy")
         info, warning = common.read_server_info(profile)
