@@ -32,42 +32,22 @@ from kctl.profile.validate import FieldPath, Problems, build_profile
 EXTENSION_PREFIX = "x-"
 
 
-def _read_yaml(
-    display: str, real: str, problems: Problems, referrer: tuple[str, str] | None = None
-) -> dict[str, Any] | None:
-    """The mapping in ``display``, or None with the problem added. A file another profile
-    names (``referrer``: that file and its field) that is not a profile is refused there,
-    in the referrer's words: what the file holds is never shown (it may be any file)."""
+def _read_yaml(display: str, real: str, problems: Problems) -> dict[str, Any] | None:
     try:
         data = read_profile_data(real)
     except ReadError as exc:
-        if referrer is not None:
-            problems.raw(_foreign(referrer, display, f"it cannot be read as one: {exc.brief}"))
-        else:
-            problems.raw(f"{display}: {exc}")
+        problems.raw(f"{display}: {exc}")
         return None
-    if data is None or not isinstance(data, dict):
-        what = "it is empty" if data is None else f"its top level is a {type(data).__name__}"
-        if referrer is not None:
-            problems.raw(_foreign(referrer, display, f"{what}, not a mapping of profile sections"))
-        elif data is None:
-            problems.raw(
-                f"{display}: the file is empty; a profile needs at least server.model_path"
-            )
-        else:
-            problems.raw(
-                f"{display}: (top level): must be a mapping of profile sections "
-                f"(got {type(data).__name__})"
-            )
+    if data is None:
+        problems.raw(f"{display}: the file is empty; a profile needs at least server.model_path")
+        return None
+    if not isinstance(data, dict):
+        problems.raw(
+            f"{display}: (top level): must be a mapping of profile sections "
+            f"(got {type(data).__name__})"
+        )
         return None
     return data
-
-
-def _foreign(referrer: tuple[str, str], display: str, why: str) -> str:
-    return (
-        f"{referrer[0]}: {referrer[1]}: {display} is not a kctl profile ({why}); name a "
-        f"profile file (`kctl validate {display}` shows its own problems)"
-    )
 
 
 def _relative_to(declaring: str, value: str) -> str:
@@ -149,12 +129,14 @@ def _resolve(
     field that named ``display`` (a file that is not a profile is refused there, its
     content never shown)."""
     real = os.path.realpath(display)
-    data = _read_yaml(display, real, problems, referrer)
+    data = _read_yaml(display, real, problems)
     if data is None:
         return None
     if referrer is not None and _not_a_profile(data):
-        keys = ", ".join(sorted(PROFILE_KEYS))
-        problems.raw(_foreign(referrer, display, f"none of {keys} at its top level"))
+        problems.raw(
+            f"{referrer[0]}: {referrer[1]}: {display} is not a kctl profile (none of "
+            f"{', '.join(sorted(PROFILE_KEYS))} at its top level); name a profile file"
+        )
         return None
     data = {k: v for k, v in data.items() if not str(k).startswith(EXTENSION_PREFIX)}
     declared = {"baseline": display} if "baseline" in data else {}
