@@ -20,7 +20,10 @@ Fleets too: :meth:`Backend.fleet_driver` is Docker Swarm on a host
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,6 +72,29 @@ def noted(backend: Backend, profile: Profile | None, table: str) -> str:
     """A gate table with the backend's note for ``profile`` above it, when it has one."""
     note = backend.note(profile)
     return f"{note}\n{table}" if note else table
+
+
+def fingerprint(backend: Backend, gate_profile: Profile, measured: Profile) -> str:
+    """What a stored measurement must match to be reused as a baseline: the gate workload
+    (of ``gate_profile``), the model, the GPU, the host, and the measured profile's
+    content."""
+    gate = gate_profile.gate
+    key = {
+        "workload": {
+            "contexts": list(gate.contexts),
+            "output_tokens": gate.output_tokens,
+            "warmup": gate.warmup,
+            "concurrency": gate.concurrency,
+            "seed": gate.seed,
+            "correctness": [gate.correctness.prompts, gate.correctness.tokens],
+        },
+        "model": measured.server.model_path,
+        "host": socket.gethostname(),
+        "measured_profile": measured.content_hash,
+        **backend.identity(),
+    }
+    blob = json.dumps(key, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def gpu_description() -> str:

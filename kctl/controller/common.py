@@ -3,11 +3,9 @@ waiting for health, and fingerprints."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import socket
 from typing import TYPE_CHECKING, Any
 
+from kctl.backend import fingerprint as backend_fingerprint
 from kctl.errors import UsageError
 
 if TYPE_CHECKING:
@@ -134,25 +132,9 @@ def show_gate(ctx: Context, p: Any) -> None:
 
 
 def fingerprint(ctx: Context, gate_profile: Profile, measured: Profile) -> str:
-    """What a stored measurement must match to be reused as a baseline: the gate workload,
-    the model, the GPU, the host, and the measured profile's content."""
-    gate = gate_profile.gate
-    key = {
-        "workload": {
-            "contexts": list(gate.contexts),
-            "output_tokens": gate.output_tokens,
-            "warmup": gate.warmup,
-            "concurrency": gate.concurrency,
-            "seed": gate.seed,
-            "correctness": [gate.correctness.prompts, gate.correctness.tokens],
-        },
-        "model": measured.server.model_path,
-        "host": socket.gethostname(),
-        "measured_profile": measured.content_hash,
-        **ctx.backend.identity(),
-    }
-    blob = json.dumps(key, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    """What a stored measurement must match to be reused as a baseline
+    (:func:`kctl.backend.fingerprint` on the command's backend)."""
+    return backend_fingerprint(ctx.backend, gate_profile, measured)
 
 
 def endpoint_of(profile: Profile) -> Any:

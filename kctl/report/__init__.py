@@ -13,10 +13,17 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kctl.report.data import DiffRow, HistoryPoint, Phase, ReportData, gather, profile_diff
+from kctl.report.data import (
+    Context,
+    DiffRow,
+    HistoryPoint,
+    Phase,
+    ReportData,
+    gather,
+    profile_diff,
+)
 
 if TYPE_CHECKING:
-    from kctl.controller.context import Context
     from kctl.store import Store
 
 __all__ = [

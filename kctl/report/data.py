@@ -11,16 +11,35 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kctl.backend import Backend, fingerprint
 from kctl.errors import KctlError, UsageError
+from kctl.profile.model import Profile
+from kctl.profile.serialize import from_stored
 
 if TYPE_CHECKING:
-    from kctl.controller.context import Context
     from kctl.gate import GateResult, Measurement
     from kctl.store import Store
     from kctl.store.records import Deployment, JournalStep, StoredMeasurement
+
+
+class Context(Protocol):
+    """What a report needs of the command that writes it (a
+    :class:`kctl.controller.context.Context` is one): the state dir and the backend."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+
+def _profile_of(stored: Any) -> Profile:
+    """The resolved profile a deployment ran, rebuilt from its stored record."""
+    profile: Profile = from_stored(Profile, stored)
+    return profile
+
 
 #: the deployments a baseline is searched among, newest first
 _SEARCH_LIMIT = 500
@@ -206,10 +225,8 @@ def _baseline_measurement(
 def _matching(
     ctx: Context, dep: Deployment, base_dep: Deployment, rows: list[StoredMeasurement]
 ) -> StoredMeasurement:
-    from kctl.controller.common import fingerprint, profile_of
-
     try:
-        fp = fingerprint(ctx, profile_of(dep), profile_of(base_dep))
+        fp = fingerprint(ctx.backend, _profile_of(dep.profile), _profile_of(base_dep.profile))
     except (KctlError, KeyError, TypeError, ValueError):
         return rows[0]
     return next((r for r in rows if r.fingerprint == fp), rows[0])
@@ -286,10 +303,8 @@ def _history(store: Store, profile_hash: str) -> tuple[HistoryPoint, ...]:
 
 
 def _note(ctx: Context, dep: Deployment) -> str | None:
-    from kctl.controller.common import profile_of
-
     try:
-        profile = profile_of(dep)
+        profile = _profile_of(dep.profile)
     except (KctlError, KeyError, TypeError, ValueError):
         profile = None
     return ctx.backend.note(profile)
@@ -300,11 +315,10 @@ def _note(ctx: Context, dep: Deployment) -> str | None:
 
 def _argv_options(profile: dict[str, Any]) -> dict[str, str]:
     """The SGLang argv the profile renders, as option → value ("" for a flag)."""
-    from kctl.controller.common import profile_of
     from kctl.launch import server_args
 
     try:
-        argv = server_args(profile_of(SimpleNamespace(profile=profile)).server)
+        argv = server_args(_profile_of(profile).server)
     except (KctlError, KeyError, TypeError, ValueError):
         return {}
     options: dict[str, str] = {}
