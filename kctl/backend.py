@@ -12,9 +12,9 @@ on which one it has:
   compressed by each profile's ``simulator.speedup``: rates and timings read back at
   real-time scale through :meth:`Backend.time_scale`.
 
-Fleets too: :meth:`Backend.fleet_driver` is Docker Swarm on a host
-(:mod:`kctl.fleet.swarm`) and the simulated orchestrator under ``--simulate``
-(:mod:`kctl.fleet.simfleet`).
+Fleets too: :meth:`Backend.orchestrator` names Docker Swarm on a host and the simulated
+orchestrator under ``--simulate``; :func:`kctl.fleet.drivers.fleet_driver` builds the
+driver it names (the fleet package builds on this module, never the other way round).
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, Protocol
 
 from kctl.launch import launch_spec
 from kctl.profile.model import Profile
 from kctl.runtime.base import LaunchSpec
 
-if TYPE_CHECKING:
-    from kctl.fleet.spec import FleetSpec
-    from kctl.fleet.view import FleetDriver
+#: the orchestrators a fleet runs on (:func:`kctl.fleet.drivers.fleet_driver`)
+Orchestrator = Literal["swarm", "simulated"]
 
 
 class Backend(Protocol):
@@ -64,8 +63,8 @@ class Backend(Protocol):
     def local_reason(self) -> str:
         """Why a profile of another runtime kind runs locally ("" when it does not)."""
 
-    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
-        """The orchestrator a fleet runs on; ``state_dir`` is the fleet's own."""
+    def orchestrator(self) -> Orchestrator:
+        """The orchestrator a fleet runs on."""
 
 
 def noted(backend: Backend, profile: Profile | None, table: str) -> str:
@@ -142,12 +141,8 @@ class HostBackend:
     def local_reason(self) -> str:
         return ""
 
-    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
-        from kctl.fleet.swarm import SwarmDriver
-
-        return SwarmDriver(
-            fleet.name, str(state_dir), fleet.swarm.manager, fleet.swarm, fleet.source
-        )
+    def orchestrator(self) -> Orchestrator:
+        return "swarm"
 
 
 class SimulatedBackend:
@@ -194,10 +189,8 @@ class SimulatedBackend:
     def local_reason(self) -> str:
         return " (and --simulate runs locally)"
 
-    def fleet_driver(self, fleet: FleetSpec, state_dir: Path) -> FleetDriver:
-        from kctl.fleet.simfleet import SimulatedFleet
-
-        return SimulatedFleet(fleet.name, state_dir)
+    def orchestrator(self) -> Orchestrator:
+        return "simulated"
 
 
 def make_backend(*, simulate: bool) -> Backend:

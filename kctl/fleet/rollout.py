@@ -29,6 +29,7 @@ from kctl.errors import (
     RevertAborted,
     UsageError,
 )
+from kctl.fleet.drivers import fleet_driver
 from kctl.fleet.executor import FleetExecutor, FleetState, place_images
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
@@ -51,7 +52,7 @@ def fleet_context(ctx: Context, fleet: FleetSpec) -> Context:
 
 def driver_for(ctx: Context, fleet: FleetSpec) -> FleetDriver:
     """The fleet's orchestrator, as the backend chose it (Swarm; simulated under --simulate)."""
-    return ctx.backend.fleet_driver(fleet, ctx.state_dir)
+    return fleet_driver(ctx.backend, fleet, ctx.state_dir)
 
 
 def reconcile(host: HostChange, driver: FleetDriver, *, resolver: str) -> list[str]:
