@@ -1,14 +1,18 @@
 """Waiting on a fleet: every replica on a spec, the canary healthy, a rolling update
 batch by batch. Reads the driver only; what to do about what it sees is the caller's.
-Clocks and sleeps are injected."""
+Each wait is a :func:`~kctl.poll.poll_until`; clocks and sleeps are injected."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kctl.errors import FleetPaused, HealthFailed, KctlError
 from kctl.fleet.view import ROLLED_BACK, FleetDriver, Replica, ServiceView
+from kctl.poll import poll_until
+
+T = TypeVar("T")
 
 #: seconds between two looks at the orchestrator
 POLL_S = 0.5
@@ -58,13 +62,24 @@ class Waiter:
                 "`kctl rollback --fleet FLEET` returns every replica to the known-good",
             )
 
+    def _poll(
+        self,
+        look: Callable[[], T],
+        done: Callable[[T], bool],
+        deadline_s: float,
+        timed_out: Callable[[T], BaseException],
+    ) -> T:
+        return poll_until(
+            look, done, deadline_s=deadline_s, interval_s=POLL_S, clock=self.monotonic,
+            sleep=self.sleep, timed_out=timed_out,
+        )  # fmt: skip
+
     def fleet(self, deployment: str, deadline_s: float, what: str) -> ServiceView:
         """Every desired replica runs ``deployment``, healthy."""
-        end = self.monotonic() + deadline_s
-        while True:
-            view = self._main()
+
+        def settled(view: ServiceView) -> bool:
             if view.settled_on(deployment):
-                return view
+                return True
             self.check_nodes(view)
             unplaced = [r for r in view.replicas if "no suitable node" in r.error]
             if unplaced and len(unplaced) == len(view.replicas) - len(view.on(deployment)):
@@ -74,34 +89,43 @@ class Waiter:
                     hint="check the fleet's swarm.node_label / nodes and gpus_per_replica "
                     "against the nodes (`docker node ls`, their generic resources)",
                 )
-            if self.monotonic() > end:
-                raise HealthFailed(
-                    f"{what}: {len(view.on(deployment))}/{view.desired_replicas} replicas "
-                    f"healthy after {deadline_s:g} s ({_states(view)})",
-                    phase="fleet",
-                )
-            self.sleep(POLL_S)
+            return False
+
+        def late(view: ServiceView) -> HealthFailed:
+            return HealthFailed(
+                f"{what}: {len(view.on(deployment))}/{view.desired_replicas} replicas "
+                f"healthy after {deadline_s:g} s ({_states(view)})",
+                phase="fleet",
+            )
+
+        return self._poll(self._main, settled, deadline_s, late)
 
     def canary(self, deadline_s: float) -> Replica:
-        end = self.monotonic() + deadline_s
-        while True:
+        def look() -> Replica | None:
             view = self.driver.service("canary")
-            replica = view.replicas[0] if view and view.replicas else None
+            return view.replicas[0] if view and view.replicas else None
+
+        def healthy(replica: Replica | None) -> bool:
             if replica is not None and replica.healthy:
-                return replica
+                return True
             if replica is not None and replica.state in DEAD_STATES:
                 tail = self.driver.logs("canary", 20)
                 raise HealthFailed(
                     f"the canary {replica.state}: {replica.error or 'no error given'}",
                     phase="canary", log_tail=tail,
                 )  # fmt: skip
-            if self.monotonic() > end:
-                state = replica.state if replica else "no task yet"
-                raise HealthFailed(
-                    f"the canary was not healthy within {deadline_s:g} s (task {state})",
-                    phase="canary", log_tail=self.driver.logs("canary", 20),
-                )  # fmt: skip
-            self.sleep(POLL_S)
+            return False
+
+        def late(replica: Replica | None) -> HealthFailed:
+            state = replica.state if replica else "no task yet"
+            return HealthFailed(
+                f"the canary was not healthy within {deadline_s:g} s (task {state})",
+                phase="canary", log_tail=self.driver.logs("canary", 20),
+            )  # fmt: skip
+
+        replica = self._poll(look, healthy, deadline_s, late)
+        assert replica is not None  # healthy() says yes to a replica only
+        return replica
 
     def waves(
         self, deployment: str, deadline_s: float, on_moved: Callable[[Replica], None]
@@ -109,9 +133,9 @@ class Waiter:
         """Watch the rolling update to ``deployment``: ``on_moved`` once per replica that
         runs it healthy (it raises to abort); done when every replica does. Raises
         :class:`RolloutFailed` when Swarm rolls the update back."""
-        end = self.monotonic() + deadline_s
         seen: set[tuple[int, str]] = set()
-        while True:
+
+        def look() -> ServiceView:
             view = self._main()
             if view.deployment != deployment or view.update_state in ROLLED_BACK:
                 raise RolloutFailed(
@@ -123,15 +147,21 @@ class Waiter:
                 if (r.slot, r.task) not in seen:
                     seen.add((r.slot, r.task))
                     on_moved(r)
+            return view
+
+        def settled(view: ServiceView) -> bool:
             if view.settled_on(deployment):
-                return view
+                return True
             self.check_nodes(view)
-            if self.monotonic() > end:
-                raise RolloutFailed(
-                    f"the waves did not finish within {deadline_s:g} s ({_states(view)})",
-                    phase="waves",
-                )
-            self.sleep(POLL_S)
+            return False
+
+        def late(view: ServiceView) -> RolloutFailed:
+            return RolloutFailed(
+                f"the waves did not finish within {deadline_s:g} s ({_states(view)})",
+                phase="waves",
+            )
+
+        return self._poll(look, settled, deadline_s, late)
 
 
 def _states(view: ServiceView) -> str:

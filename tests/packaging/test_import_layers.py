@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: kctl's layers, lowest first; a package imports only from layers below its own
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kctl", "kctl.errors"),  # the version; the typed errors (they import nothing of kctl)
-    ("kctl.sglang", "kctl.statedir", "kctl.render"),  # release tables, client; state dir; text
+    # release tables, client; state dir; text; waits at a fixed interval
+    ("kctl.sglang", "kctl.statedir", "kctl.render", "kctl.poll"),
     ("kctl.profile", "kctl.lock", "kctl.sim"),  # the profile model and its checks; lock; simulator
     ("kctl.secrets",),
     ("kctl.runtime",),  # where a server runs: the runtime protocol, local, docker
