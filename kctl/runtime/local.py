@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kctl.errors import RuntimeUnavailable
+from kctl.poll import poll_until
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.logrelay import SCRUB_ENV
 from kctl.secrets import resolve, resolve_env
@@ -90,16 +91,33 @@ def _passed_env(spec: LaunchSpec) -> dict[str, str]:
     }
 
 
+#: seconds between two looks at a process being stopped
+STOP_POLL_S = 0.05
+#: how long a process group has to go after SIGKILL before kctl reaps what it can
+KILL_WAIT_S = 5.0
+
+
+class _StillRunning(Exception):
+    """A stopped process outlived its wait."""
+
+
 class LocalRuntime:
     """Runs serving processes on this host. ``owner`` (the state dir) scopes what it owns."""
 
     name = "local"
 
-    def __init__(self, state_dir: Path, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.owner = str(self.state_dir)
         self.log_dir = self.state_dir / "logs"
         self._sleep = sleep
+        self._clock = clock
         # children started by this kctl process: polling them reaps zombies and gives exit codes
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._relays: list[subprocess.Popen[bytes]] = []
@@ -213,18 +231,24 @@ class LocalRuntime:
             self._reap(pid)
             return
         self._signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self._alive(pid, ticks):
-                self._reap(pid)
-                return
-            self._sleep(0.05)
+        if self._gone_within(pid, ticks, timeout_s):
+            self._reap(pid)
+            return
         self._signal_group(pid, signal.SIGKILL)
-        for _ in range(100):
-            if not self._alive(pid, ticks):
-                break
-            self._sleep(0.05)
+        self._gone_within(pid, ticks, KILL_WAIT_S)
         self._reap(pid)
+
+    def _gone_within(self, pid: int, ticks: int, seconds: float) -> bool:
+        """Whether the process is gone within ``seconds`` (looked at every 50 ms)."""
+        try:
+            poll_until(
+                lambda: self._alive(pid, ticks), lambda alive: not alive, deadline_s=seconds,
+                interval_s=STOP_POLL_S, clock=self._clock, sleep=self._sleep,
+                timed_out=lambda _: _StillRunning(),
+            )  # fmt: skip
+        except _StillRunning:
+            return False
+        return True
 
     def state(self, instance: Instance) -> InstanceState:
         pid, ticks = _parse_ref(instance.ref)
