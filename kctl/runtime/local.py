@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kctl.errors import RuntimeUnavailable
+from kctl.errors import KctlError, RuntimeUnavailable
 from kctl.poll import poll_until
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.logrelay import SCRUB_ENV
@@ -97,8 +97,8 @@ STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
 
-class _StillRunning(Exception):
-    """A stopped process outlived its wait."""
+class _StillRunning(KctlError):
+    """A stopped process outlived its wait (caught in :meth:`LocalRuntime._gone_within`)."""
 
 
 class LocalRuntime:
@@ -244,7 +244,7 @@ class LocalRuntime:
             poll_until(
                 lambda: self._alive(pid, ticks), lambda alive: not alive, deadline_s=seconds,
                 interval_s=STOP_POLL_S, clock=self._clock, sleep=self._sleep,
-                timed_out=lambda _: _StillRunning(),
+                timed_out=lambda _: _StillRunning(f"pid {pid} still runs after {seconds:g} s"),
             )  # fmt: skip
         except _StillRunning:
             return False
