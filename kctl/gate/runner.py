@@ -1,8 +1,10 @@
 """Runs a gate workload against a server (the only part of the gate that does I/O).
 
-:func:`measure` sends the plan and records every request; :func:`run_gate` measures the
-candidate, judges it against a stored baseline, and spends the policy's extra-repeat
-budget on buckets whose ratio straddles the threshold before judging again.
+:func:`measure` sends the plan and records every request; :func:`run_gate` asks the
+candidate the correctness probes first (a wrong answer fails the gate before any
+throughput request is sent), then measures it, judges it against a stored baseline, and
+spends the policy's extra-repeat budget on buckets whose ratio straddles the threshold
+before judging again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from kctl.errors import GateError, ServerError
 from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_generate
+from kctl.gate.correctness import CorrectnessResult
 from kctl.gate.measurement import Measurement, ProbeOutput
 from kctl.gate.stats import Sample, summarize
 from kctl.gate.verdict import Verdict, check_correctness, judge
@@ -181,8 +184,33 @@ class _Sender:
 
 
 #: asked after each context's measured requests, with every sample so far: True stops the
-#: measurement there (the concurrency phase and the probes are skipped too)
+#: measurement there (the contexts after it and the concurrency phase are skipped)
 StopFn = Callable[[tuple[Sample, ...]], bool]
+#: asked with the probes' outputs before any throughput request: False ends the
+#: measurement there (nothing else is sent)
+ProbesFn = Callable[[tuple[ProbeOutput, ...]], bool]
+
+
+def _probe(endpoint: Endpoint, workload: Workload, send: _Sender) -> list[ProbeOutput]:
+    """The correctness probes: each one's greedy output, or its error."""
+    probes: list[ProbeOutput] = []
+    for n, probe in enumerate(workload.probes):
+        send.alive()
+        try:
+            ids = greedy_ids(
+                endpoint.host,
+                endpoint.port,
+                probe.input_ids(),
+                probe.tokens,
+                timeout_s=workload.request_timeout_s,
+                api_key=endpoint.api_key,
+            )
+            probes.append(ProbeOutput(probe.index, tuple(ids)))
+        except GateError as exc:
+            send.alive()
+            probes.append(ProbeOutput(probe.index, error=exc.message))
+        send._report("probe", None, n + 1, len(workload.probes), None)
+    return probes
 
 
 def measure(
@@ -195,53 +223,26 @@ def measure(
     clock: Clock = time.monotonic,
     stop: StopFn | None = None,
     alive: AliveFn = _no_check,
+    probes_pass: ProbesFn | None = None,
 ) -> Measurement:
-    """Run ``workload`` against the server at ``endpoint``: per context its warm-ups
-    (recorded, not counted) then its measured requests, then the concurrency phase, then
-    the correctness probes. Failed requests are recorded as failed samples. ``stop`` may
-    end it after any context (see :data:`StopFn`); ``alive`` raises when the server has
-    gone (see :data:`AliveFn`), which ends it at once. Prompt ids stay below the vocabulary
-    size the server reports (:func:`~kctl.gate.workload.fit_vocab`)."""
+    """Run ``workload`` against the server at ``endpoint``: first the correctness probes
+    (short, and the cheapest question), then per context its warm-ups (recorded, not
+    counted) and its measured requests, then the concurrency phase. Failed requests are
+    recorded as failed samples. ``probes_pass`` may end it after the probes (see
+    :data:`ProbesFn`) and ``stop`` after any context (see :data:`StopFn`); ``alive``
+    raises when the server has gone (see :data:`AliveFn`), which ends it at once. Prompt
+    ids stay below the vocabulary size the server reports
+    (:func:`~kctl.gate.workload.fit_vocab`)."""
     workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     send = _Sender(endpoint, workload.request_timeout_s, progress, clock, alive)
     samples: list[Sample] = []
-    t_warm = t_meas = 0.0
-    stopped = False
-    for ctx in workload.contexts:
-        t = clock()
-        samples += send.run("warmup", [r for r in workload.warmups if r.context == ctx])
-        t_warm += clock() - t
-        t = clock()
-        samples += send.run("measure", [r for r in workload.measured if r.context == ctx])
-        t_meas += clock() - t
-        if stop is not None and stop(tuple(samples)):
-            stopped = True
-            break
-    timings: list[tuple[str, float]] = [("warmup", t_warm), ("measure", t_meas)]
-    probes: list[ProbeOutput] = []
-    if not stopped:
-        if workload.concurrent:
-            t = clock()
-            samples += send.run("concurrent", workload.concurrent)
-            timings.append(("concurrent", clock() - t))
-        t = clock()
-        for n, probe in enumerate(workload.probes):
-            send.alive()
-            try:
-                ids = greedy_ids(
-                    endpoint.host,
-                    endpoint.port,
-                    probe.input_ids(),
-                    probe.tokens,
-                    timeout_s=workload.request_timeout_s,
-                    api_key=endpoint.api_key,
-                )
-                probes.append(ProbeOutput(probe.index, tuple(ids)))
-            except GateError as exc:
-                send.alive()
-                probes.append(ProbeOutput(probe.index, error=exc.message))
-            send._report("probe", None, n + 1, len(workload.probes), None)
+    timings: list[tuple[str, float]] = []
+    t = clock()
+    probes = _probe(endpoint, workload, send)
+    if workload.probes:
         timings.append(("probes", clock() - t))
+    if probes_pass is None or probes_pass(tuple(probes)):
+        timings += _throughput(workload, send, samples, stop, clock)
     timings.append(("total", clock() - send.t0))
     return Measurement(
         fingerprint=fingerprint,
@@ -251,6 +252,32 @@ def measure(
         timings=tuple(timings),
         label=label,
     )
+
+
+def _throughput(
+    workload: Workload,
+    send: _Sender,
+    samples: list[Sample],
+    stop: StopFn | None,
+    clock: Clock,
+) -> list[tuple[str, float]]:
+    """The throughput requests, appended to ``samples``; their timings."""
+    t_warm = t_meas = 0.0
+    for ctx in workload.contexts:
+        t = clock()
+        samples += send.run("warmup", [r for r in workload.warmups if r.context == ctx])
+        t_warm += clock() - t
+        t = clock()
+        samples += send.run("measure", [r for r in workload.measured if r.context == ctx])
+        t_meas += clock() - t
+        if stop is not None and stop(tuple(samples)):
+            return [("warmup", t_warm), ("measure", t_meas)]
+    timings = [("warmup", t_warm), ("measure", t_meas)]
+    if workload.concurrent:
+        t = clock()
+        samples += send.run("concurrent", workload.concurrent)
+        timings.append(("concurrent", clock() - t))
+    return timings
 
 
 def server_vocab_size(endpoint: Endpoint, timeout_s: float) -> int | None:
@@ -295,7 +322,10 @@ def run_gate(
     all) and judge again. Raises GateError only when the baseline cannot be judged
     against (it lacks data); the candidate's failures are verdicts. With
     ``policy.stop_at_first_fail`` it judges after each context and stops measuring at the
-    first FAIL (the rest comes out as SKIPPED rows; no probes, no extra repeats).
+    first FAIL (the rest comes out as SKIPPED rows; no extra repeats). The correctness
+    probes go first: a candidate that answers them wrongly (beyond
+    ``max_mismatched_prompts``) fails at once, every bucket SKIPPED, before any throughput
+    request is sent.
     ``alive`` ends it at once when the candidate's server has gone (it raises)."""
 
     def unmeasured(m: Measurement) -> frozenset[tuple[int, int]]:
@@ -305,21 +335,29 @@ def run_gate(
         partial = Measurement(fingerprint=fingerprint, samples=samples,
                               summaries=summarize(samples))  # fmt: skip
         left = unmeasured(partial)
-        # after the last bucket only the probes are left: keep them, for a complete record
+        # after the last bucket nothing is left to skip: the full verdict decides
         return bool(left) and judge(baseline, partial, policy, None, left).verdict == "FAIL"
+
+    def correctness(probes: tuple[ProbeOutput, ...]) -> CorrectnessResult:
+        early = Measurement(fingerprint=fingerprint, samples=(), summaries=(), probes=probes)
+        return check_correctness(baseline, early, max_mismatched=workload.max_mismatched_prompts)
 
     stop = failed_so_far if policy.stop_at_first_fail else None
     # fitted here too: the extra repeats below come from the same (fitted) plan
     workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     candidate = measure(endpoint, workload, fingerprint=fingerprint, label=label,
-                        progress=progress, clock=clock, stop=stop, alive=alive)  # fmt: skip
+                        progress=progress, clock=clock, stop=stop, alive=alive,
+                        probes_pass=lambda p: correctness(p).passed)  # fmt: skip
+    corr = correctness(candidate.probes)
+    if not corr.passed:  # a wrong answer: FAIL before any throughput request was sent
+        wrong = judge(baseline, candidate, policy, corr, unmeasured(candidate))
+        return GateResult(candidate, wrong)
     skipped = unmeasured(candidate) if stop is not None else frozenset()
     if skipped:  # it stopped: FAIL, with the rest not measured
-        return GateResult(candidate, judge(baseline, candidate, policy, None, skipped))
+        return GateResult(candidate, judge(baseline, candidate, policy, corr, skipped))
 
     def decide(m: Measurement) -> Verdict:
-        corr = check_correctness(baseline, m, max_mismatched=workload.max_mismatched_prompts)
-        return judge(baseline, m, policy, corr)
+        return judge(baseline, m, policy, correctness(m.probes))
 
     verdict = decide(candidate)
     spent: dict[tuple[int, int], int] = {}

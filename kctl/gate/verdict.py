@@ -33,7 +33,9 @@ ratio beyond a ``policy.max_*_ratio`` the policy sets → FAIL.
 **Stopping early.** With ``policy.stop_at_first_fail`` the runner judges after each
 context and stops at the first FAIL; the buckets it did not measure are passed as
 ``skipped`` and come out as SKIPPED rows, which decide nothing (an objective over a
-skipped context is not computed: SKIPPED).
+skipped context is not computed: SKIPPED). The runner asks the correctness probes before
+any throughput request: a candidate they reject is judged with every bucket skipped, and
+its FAIL names the probes.
 """
 
 from __future__ import annotations
@@ -202,8 +204,52 @@ def judge(
 ) -> Verdict:
     """Judge ``candidate`` against ``baseline`` under ``policy`` (see the module doc).
     ``correctness`` comes from :func:`check_correctness`; None means it was not checked.
-    ``skipped``: (context, concurrency) buckets deliberately not measured (stopping early)."""
-    floors = dict(policy.min_ratio_per_context)
+    ``skipped``: (context, concurrency) buckets deliberately not measured (stopping early,
+    or a candidate its correctness probes rejected before any throughput request)."""
+    rows_in, pairs = _pair(baseline, candidate)
+    boot = bootstrap(pairs)
+    probes_failed = correctness is not None and not correctness.passed
+    why_skipped = (
+        "not measured: the candidate failed its correctness probes"
+        if probes_failed
+        else "not measured: the gate stopped at a FAIL"
+    )
+    rows = [
+        _row(base, cand, policy, boot, skipped=base.bucket in skipped, why=why_skipped)
+        for base, cand in rows_in
+    ]
+    objective = _objective(policy, rows, boot)
+    xover = crossover([(r.context, r.ratio) for r in rows if r.concurrency == 1 and r.ratio])
+    unclear = _unclear(rows, objective)
+    metrics = metric_rows(baseline, candidate)
+    checks = check_metrics(metrics, policy)
+    verdict, reason = _decide(rows, objective, correctness, unclear, checks)
+    not_measured = [r.label for r in rows if r.result == "SKIPPED"]
+    if not_measured:
+        lead = "stopped there; " if verdict == "FAIL" else ""
+        if probes_failed:
+            lead = "rejected on its probes, before any throughput request; "
+        reason += f" ({lead}not measured: {', '.join(not_measured)})"
+    return Verdict(
+        verdict=verdict,
+        reason=reason,
+        rows=tuple(rows),
+        crossover=xover,
+        objective=objective,
+        correctness=correctness,
+        unclear=unclear if verdict == "INCONCLUSIVE" else (),
+        timings=candidate.timings,
+        metrics=metrics,
+        checks=checks,
+    )
+
+
+def _pair(
+    baseline: Measurement, candidate: Measurement
+) -> tuple[list[tuple[Summary, Summary | None]], dict[tuple[int, int], tuple[Summary, Summary]]]:
+    """Each baseline bucket with the candidate's (None where it has none), and the buckets
+    both sides completed requests in (what the bootstrap resamples). GateError when the
+    baseline lacks data to judge against."""
     pairs: dict[tuple[int, int], tuple[Summary, Summary]] = {}
     rows_in: list[tuple[Summary, Summary | None]] = []
     for base in baseline.summaries:
@@ -218,43 +264,41 @@ def judge(
             pairs[base.bucket] = (base, cand)
     if not rows_in:
         raise GateError("baseline measurement has no summaries to compare with")
-    boot = bootstrap(pairs)
+    return rows_in, pairs
 
-    rows: list[Row] = []
-    for base, cand in rows_in:
-        n_done = cand.n_completed if cand else 0
-        n_planned = (cand.n_completed + cand.n_failed) if cand else 0
-        if policy.objective is not None:
-            threshold = floors.get(base.context)
-        else:
-            threshold = policy.threshold(base.context)
-        assert base.median is not None
-        if base.bucket in skipped and cand is None:
-            rows.append(
-                Row(base.context, base.concurrency, base.median, None, None, None, None,
-                    threshold, "SKIPPED", 0, 0, "not measured: the gate stopped at a FAIL")
-            )  # fmt: skip
-            continue
-        if cand is None or cand.median is None:
-            rows.append(
-                Row(base.context, base.concurrency, base.median, None, None, None, None,
-                    threshold, "FAIL", n_done, n_planned,
-                    f"only 0 of {n_planned} requests completed" if n_planned else "not measured")
-            )  # fmt: skip
-            continue
-        ratio = cand.median / base.median
-        lo, hi = interval(boot.draws[base.bucket])
-        result: RowResult = "INFO" if threshold is None else _classify(lo, hi, threshold)
-        note = ""
-        if n_planned and n_done / n_planned < policy.min_completed_fraction:
-            result, note = "FAIL", f"only {n_done} of {n_planned} requests completed"
-        rows.append(
-            Row(base.context, base.concurrency, base.median, cand.median, ratio, lo, hi,
-                threshold, result, n_done, n_planned, note)
-        )  # fmt: skip
 
-    objective = _objective(policy, rows, boot)
-    xover = crossover([(r.context, r.ratio) for r in rows if r.concurrency == 1 and r.ratio])
+def _row(
+    base: Summary, cand: Summary | None, policy: PolicySpec, boot: Boot, *, skipped: bool, why: str
+) -> Row:
+    """One bucket's row: SKIPPED (``why``) when deliberately not measured, FAIL when
+    nothing (or too little) completed, else classified by its interval."""
+    assert base.median is not None, "checked by _pair"
+    if policy.objective is not None:
+        threshold = dict(policy.min_ratio_per_context).get(base.context)
+    else:
+        threshold = policy.threshold(base.context)
+    n_done = cand.n_completed if cand else 0
+    n_planned = (cand.n_completed + cand.n_failed) if cand else 0
+    if skipped and cand is None:
+        return Row(base.context, base.concurrency, base.median, None, None, None, None,
+                   threshold, "SKIPPED", 0, 0, why)  # fmt: skip
+    if cand is None or cand.median is None:
+        none = f"only 0 of {n_planned} requests completed" if n_planned else "not measured"
+        return Row(base.context, base.concurrency, base.median, None, None, None, None,
+                   threshold, "FAIL", n_done, n_planned, none)  # fmt: skip
+    ratio = cand.median / base.median
+    lo, hi = interval(boot.draws[base.bucket])
+    result: RowResult = "INFO" if threshold is None else _classify(lo, hi, threshold)
+    note = ""
+    if n_planned and n_done / n_planned < policy.min_completed_fraction:
+        result, note = "FAIL", f"only {n_done} of {n_planned} requests completed"
+    return Row(base.context, base.concurrency, base.median, cand.median, ratio, lo, hi,
+               threshold, result, n_done, n_planned, note)  # fmt: skip
+
+
+def _unclear(rows: list[Row], objective: ObjectiveResult | None) -> tuple[tuple[int, int], ...]:
+    """The buckets whose interval straddles their threshold; with an unclear objective,
+    also every weighted context (more repeats there narrow the objective's interval)."""
     unclear = tuple((r.context, r.concurrency) for r in rows if r.result == "UNCLEAR")
     if objective is not None and objective.result == "UNCLEAR":
         weighted = {c for c, _ in objective.weights}
@@ -263,25 +307,7 @@ def judge(
             for r in rows
             if r.concurrency == 1 and r.context in weighted and (r.context, 1) not in unclear
         )
-    metrics = metric_rows(baseline, candidate)
-    checks = check_metrics(metrics, policy)
-    verdict, reason = _decide(rows, objective, correctness, unclear, checks)
-    not_measured = [r.label for r in rows if r.result == "SKIPPED"]
-    if not_measured:
-        lead = "stopped there; " if verdict == "FAIL" else ""
-        reason += f" ({lead}not measured: {', '.join(not_measured)})"
-    return Verdict(
-        verdict=verdict,
-        reason=reason,
-        rows=tuple(rows),
-        crossover=xover,
-        objective=objective,
-        correctness=correctness,
-        unclear=unclear if verdict == "INCONCLUSIVE" else (),
-        timings=candidate.timings,
-        metrics=metrics,
-        checks=checks,
-    )
+    return unclear
 
 
 def _objective(policy: PolicySpec, rows: list[Row], boot: Boot) -> ObjectiveResult | None:

@@ -94,8 +94,9 @@ class Probe:
 
 @dataclass(frozen=True)
 class Workload:
-    """Everything the gate sends, in order: warm-ups, measured requests (one at a time),
-    the optional concurrency phase, then the correctness probes."""
+    """Everything the gate sends. :func:`~kctl.gate.runner.measure` sends the correctness
+    probes first, then per context the warm-ups and measured requests (one at a time),
+    then the optional concurrency phase."""
 
     seed: int
     vocab_size: int

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 import sys
 import time
@@ -25,6 +26,7 @@ from kctl.gate import (
     run_gate,
 )
 from kctl.gate.runner import server_vocab_size
+from kctl.gate.workload import PROBE_PROMPT_TOKENS
 from kctl.health import READY_LINE, wait_healthy
 from kctl.profile.model import CorrectnessSpec, GateSpec, HealthSpec, PolicySpec
 from kctl.runtime.base import Instance, LaunchSpec
@@ -43,6 +45,8 @@ GATE = GateSpec(
 WORKLOAD = plan_workload(GATE, vocab_size=163840)
 
 SimFactory = Callable[..., Endpoint]
+#: each started simulator's log, by port: what the server itself says it was sent
+LOGS: dict[int, Path] = {}
 #: as the Kimi profiles: EAGLE3, so streams carry several tokens per chunk (and the
 #: kernel has a target-verify step to serve)
 SPECULATIVE = (
@@ -91,6 +95,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFactory]:
         )  # fmt: skip
         inst = runtime.start(spec)
         started[key] = (inst, Endpoint("127.0.0.1", port))
+        LOGS[port] = Path(inst.log_path)
         if env.get("KCTL_SIM_FAULT") == "hang":
             # a hung server never answers /health; its faults start once it is up
             _wait_ready_line(inst.log_path)
@@ -188,16 +193,42 @@ def test_wrong_output_fails_the_correctness_gate(sim: SimFactory, baseline: Meas
     assert "prompt 0 differs at token" in v.reason
 
 
+def test_a_wrong_answer_is_rejected_before_any_throughput_request(
+    sim: SimFactory, baseline: Measurement
+) -> None:
+    ep = sim(KCTL_SIM_FAULT="wrong_output")
+    before = LOGS[ep.port].read_text()
+    events: list[GateProgress] = []
+    result = run_gate(ep, WORKLOAD, baseline, PolicySpec(), progress=events.append)
+    v = result.verdict
+    assert v.verdict == "FAIL" and v.reason.startswith("correctness: 2 of 2 probe(s) differ")
+    assert [r.result for r in v.rows] == ["SKIPPED", "SKIPPED"]
+    assert {r.note for r in v.rows} == {"not measured: the candidate failed its correctness probes"}
+    assert v.reason.endswith("(rejected on its probes, before any throughput request; "
+                             "not measured: 5700, 23000)")  # fmt: skip
+    assert result.candidate.samples == () and {e.phase for e in events} == {"probe"}
+    # the server's own log: one prefill per probe, each a short probe prompt, and two
+    # generate calls in all; not one request of the gate's contexts reached it
+    sent = LOGS[ep.port].read_text()[len(before) :]
+    prefills = re.findall(
+        r"Prefill batch\. #new-seq: 1, #new-token: (\d+), #cached-token: (\d+)", sent
+    )
+    assert len(prefills) == 2, sent
+    assert all(int(new) + int(cached) == PROBE_PROMPT_TOKENS for new, cached in prefills)
+    assert sent.count('"POST /generate HTTP/1.1"') == 2, sent
+
+
 def test_generation_errors_are_failed_samples(sim: SimFactory, baseline: Measurement) -> None:
     ep = sim(require_generation=False, KCTL_SIM_FAULT="generate_error")
-    result = run_gate(ep, WORKLOAD, baseline, PolicySpec())
-    samples = result.candidate.samples
+    m = measure(ep, WORKLOAD)
+    samples = m.samples
     assert len(samples) == 8 and not any(s.ok for s in samples)
     # an HTTP 500 or an error event in a 200 stream, as SGLang does for in-stream failures
     assert all("simulated generation failure" in (s.error or "") for s in samples)
-    assert all(p.error for p in result.candidate.probes)
-    assert result.verdict.verdict == "FAIL"
-    # correctness is judged first: the probes failed too
+    assert all(p.error for p in m.probes)
+    # the gate asks the probes first: failed probes reject it before any throughput request
+    result = run_gate(ep, WORKLOAD, baseline, PolicySpec())
+    assert result.verdict.verdict == "FAIL" and result.candidate.samples == ()
     assert "prompt 0: probe failed: greedy probe: HTTP 500" in result.verdict.reason
 
 
@@ -248,14 +279,18 @@ def test_stop_at_first_fail_skips_the_rest(sim: SimFactory, baseline: Measuremen
     v = result.verdict
     assert v.verdict == "FAIL"
     assert [r.result for r in v.rows] == ["FAIL", "SKIPPED"]
-    # nothing was sent after 5.7k: no 23k request, no probe, no extra repeat
+    # the probes went first and passed; nothing was sent after 5.7k: no 23k request, no
+    # extra repeat
     assert {s.context for s in result.candidate.samples} == {5700}
-    assert result.candidate.probes == () and v.correctness is None
+    assert len(result.candidate.probes) == 2 and v.correctness is not None
+    assert v.correctness.passed
     assert (result.extra_rounds, result.extra_requests) == (0, 0)
-    assert "probe" not in {e.phase for e in events}
+    phases = [e.phase for e in events]
+    assert phases[:2] == ["probe", "probe"] and "probe" not in phases[2:]
     assert v.reason.endswith("(stopped there; not measured: 23000)")
     table = render_table(v)
-    assert "SKIPPED" in table and "correctness: not checked (the gate stopped at a FAIL)" in table
+    assert "SKIPPED" in table
+    assert "correctness: 2 of 2 probes match the baseline (up to 0 may differ)" in table
     assert "crossover (ratio = 1.0): not estimated (fewer than two contexts measured)" in table
     assert GateResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
