@@ -168,6 +168,7 @@ def plan(
         ),
         f"gate: {result['gate']['requests']} requests over contexts "
         f"{result['gate']['contexts']}, " + _duration(result["gate"]["estimated_duration_s"]),
+        *_check_line(result["gate"]["baseline_check"]),
         "preconditions: " + ", ".join(result["preconditions"]),
         "steps:",
         *(f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])),
@@ -183,6 +184,18 @@ def plan(
             json.dumps(result["run_spec"], indent=2, default=str),
         ]
     _emit("plan", result, "\n".join(lines))
+
+
+def _check_line(check: dict[str, Any] | None) -> list[str]:
+    """The drift check's cost in ``kctl plan``'s text, when the plan has one."""
+    if check is None:
+        return []
+    about = "" if check["estimated_s"] is None else f"about {check['estimated_s']:.0f} s, "
+    return [
+        f"baseline drift check: {check['requests']} requests on the running baseline, "
+        f"{about}at most {check['bound_s']:g} s; if it drifted, the baseline is measured "
+        f"again ({check['measure_requests']} requests)"
+    ]
 
 
 def _duration(seconds: float | None) -> str:

@@ -18,16 +18,18 @@ if TYPE_CHECKING:
     from kctl.store import Store
 
 
-def load(path: str) -> Profile:
+def load(path: str, overrides: tuple[str, ...] = ()) -> Profile:
+    """The profile at ``path`` with the ``--set`` ``overrides`` applied."""
     from kctl.profile.loader import load_profile
 
-    return load_profile(path)
+    return load_profile(path, overrides=overrides)
 
 
-def load_pair(path: str) -> tuple[Profile, Profile | None]:
-    """The candidate and its known-good baseline (None when the profile is a baseline)."""
-    candidate = load(path)
-    baseline = load(candidate.baseline) if candidate.baseline else None
+def load_pair(path: str, overrides: tuple[str, ...] = ()) -> tuple[Profile, Profile | None]:
+    """The candidate and its known-good baseline (None when the profile is a baseline),
+    both with the ``--set`` ``overrides`` applied."""
+    candidate = load(path, overrides)
+    baseline = load(candidate.baseline, overrides) if candidate.baseline else None
     if baseline is not None and baseline.runtime.kind != candidate.runtime.kind:
         raise UsageError(
             f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r} but its baseline "
@@ -118,15 +120,17 @@ def wait_healthy(
 
 def show_gate(ctx: Context, p: Any) -> None:
     """A gate's (or a measurement's) :class:`~kctl.gate.runner.GateProgress`: the requests
-    done of the total, one wait per context (the probes one of their own)."""
+    done of the total, one wait per context (the probes one of their own, and the drift
+    check of a stored baseline measurement its own per context)."""
     where = "probes" if p.context is None else str(p.context)
+    what = f"drift check {where}" if p.phase == "drift check" else f"gate {where}"
     status = p.phase
     if p.last is not None and p.last.error:
         status += f", last failed: {p.last.error}"
     elif p.last is not None and p.last.decode_tps is not None:
         status += f", last {p.last.decode_tps:.1f} tok/s"
     ctx.reporter.task(
-        f"gate {where}", f"gate {where}", completed=p.done, total=p.total,
+        what, what, completed=p.done, total=p.total,
         unit="requests", status=status, done=p.done >= p.total,
     )  # fmt: skip
 

@@ -68,6 +68,9 @@ class DeployResult:
     warnings: list[str] = field(default_factory=list)
     #: the HTML report written next to the state (``kctl report``), None when none was
     report: str | None = None
+    #: the drift check of the stored baseline measurement (:class:`~kctl.gate.drift.
+    #: DriftCheck` as a dict), None when none ran
+    baseline_check: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,7 +98,7 @@ def observe(
 
 def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployResult:
     """Deploy a profile; see the module docstring for the guarantees."""
-    candidate, baseline = common.load_pair(profile_path)
+    candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     runtime = ctx.runtime(ctx.runtime_kind(candidate))
     with changing_host(ctx, f"kctl deploy {profile_path}") as host:
         host.reconcile(runtime, resolver="deploy")
@@ -166,7 +169,8 @@ def _preflight(
     if holder is not None and (serving is None or serving[1].port not in (port, 0)):
         raise PreflightFailed(
             f"port {port} is taken by {holder}, which kctl does not own",
-            hint="stop that process, or set server.port in the profile to a free port",
+            hint="stop that process, or serve on a free port: add --set server.port=PORT "
+            "(it applies to the baseline too), or set server.port in the profiles",
         )
     if ctx.runtime_kind(candidate) == "docker":
         from kctl.preflight import docker_preflight
@@ -257,6 +261,7 @@ class _Deploy:
             timings=timings,
             warnings=st.warnings,
             report=deploy_report(self.ctx, self.store, st.txn_id),
+            baseline_check=st.drift.to_dict() if st.drift is not None else None,
         )
 
     # -- failure paths -------------------------------------------------------------------
@@ -335,6 +340,7 @@ class _Deploy:
             timings=timings,
             warnings=st.warnings,
             report=deploy_report(self.ctx, self.store, st.txn_id),
+            baseline_check=st.drift.to_dict() if st.drift is not None else None,
         )
         raise CandidateRejected(
             f"candidate {self.candidate.name} rejected: {reason}; "

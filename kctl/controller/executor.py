@@ -133,7 +133,7 @@ class Executor:
             if role == "candidate":
                 return "candidate_health" if self.state.baseline is not None else "health"
             return "baseline_health" if role == "baseline" else None
-        if isinstance(step, Measure) and step.source == "live":
+        if isinstance(step, Measure) and step.source in ("live", "checked"):
             return "baseline_measure" if role == "baseline" else "measure"
         return "gate" if isinstance(step, Gate) else None
 

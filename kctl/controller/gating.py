@@ -49,6 +49,8 @@ class GateSteps:
                 self.ctx, self.store, measured, fp, cand
             )
             return
+        if step.source == "checked" and self._steady(step, cand, measured, fp):
+            return
         if step.role == "candidate":
             owner = self.state.txn_id
             what = f"the candidate {owner}"
@@ -80,6 +82,49 @@ class GateSteps:
             self.state.baseline_measurement = meas
         else:
             self.state.measurement = meas
+
+    def _steady(self, step: Measure, cand: Profile, measured: Profile, fp: str) -> bool:
+        """The drift check (:mod:`kctl.gate.drift`) of the stored measurement against
+        the running baseline; True (and the stored measurement taken) when it holds."""
+        from kctl.gate import Measurement, plan_workload
+        from kctl.gate.drift import run_drift_check
+
+        max_age = cand.gate.policy.baseline_max_age_s
+        hit = self.store.latest_measurement(
+            measured.content_hash, fp, max_age, now=self.ctx.clock()
+        )
+        if hit is None:
+            self.ctx.reporter.event(f"the stored measurement of {measured.name} is gone: measuring")
+            return False
+        stored = Measurement.from_dict(hit[0])
+        age_min = (self.ctx.clock() - hit[1]) / 60
+        self.ctx.reporter.event(
+            f"checking the stored measurement of {measured.name} ({age_min:.0f} min old) "
+            f"on the running baseline: {step.check_requests} requests, at most "
+            f"{step.check_budget_s:g} s"
+        )
+        check = run_drift_check(
+            common.endpoint_of(measured),
+            plan_workload(cand.gate),
+            stored,
+            budget_s=step.check_budget_s,
+            progress=self._progress,
+            clock=self.ctx.gate_clock(cand),
+            alive=self.alive(step.role, "drift check"),
+        )
+        self.state.drift = check
+        if check.steady:
+            self.ctx.reporter.event(
+                f"baseline measurement reused ({age_min:.0f} min old): the drift check found "
+                f"it {check.reason}"
+            )
+            self.state.baseline_measurement = stored
+            return True
+        self.ctx.reporter.event(
+            f"the stored baseline measurement no longer holds ({check.reason}): measuring "
+            "the running baseline again before stopping it"
+        )
+        return False
 
     def _progress(self, p: Any) -> None:
         common.show_gate(self.ctx, p)

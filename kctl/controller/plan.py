@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kctl.controller import common
 from kctl.controller.deploy import observe
 from kctl.controller.planner import Observed, plan_deploy
+from kctl.controller.steps import Measure
 from kctl.errors import RuntimeUnavailable
 from kctl.launch import argv_warnings, release_info
 from kctl.profile.compare import gate_mismatches
@@ -19,27 +20,33 @@ from kctl.secrets import describe, exposure_warnings
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
+    from kctl.controller.steps import Step
+    from kctl.gate.workload import Workload
     from kctl.profile.model import Profile
     from kctl.store import Store
 
 
 def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
-    from kctl.gate import plan_workload
+    from kctl.gate import estimate_duration, plan_workload
     from kctl.profile import profile_to_dict
 
-    candidate, baseline = common.load_pair(profile_path)
+    candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     kind = ctx.runtime_kind(candidate)
     spec = common.launch_spec_for(ctx, candidate, "<new>", None)
     workload = plan_workload(candidate.gate)
-    seen, stored, estimate = Observed(serving=None), None, None
+    seen, stored, rates = Observed(serving=None), None, {}
     if (ctx.state_dir / "kctl.db").exists():
         store = ctx.open_store(read_only=True)
         try:
             seen = _observe(ctx, store, candidate, baseline)
             stored = _stored_ts(ctx, store, candidate, baseline)
-            estimate = _estimate(ctx, store, workload, candidate, baseline)
+            rates = _rates(ctx, store, candidate, baseline)
         finally:
             store.close()
+    estimate = None
+    if rates:
+        scale = ctx.backend.time_scale(candidate)
+        estimate = round(float(estimate_duration(workload, rates)) / scale, 1)
     steps = plan_deploy(candidate, baseline, seen)
     preconditions = [
         "lock",
@@ -71,6 +78,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
             "requests": _count(workload),
             "estimated_duration_s": estimate,
             "policy": profile_to_dict(candidate)["gate"]["policy"],
+            "baseline_check": _check_cost(steps.steps, workload, rates),
         },
         "stored_baseline_measurement": stored,
         "preconditions": preconditions,
@@ -109,29 +117,54 @@ def _stored_ts(
     return hit[1] if hit else None
 
 
-def _estimate(
-    ctx: Context, store: Store, workload: Any, candidate: Profile, baseline: Profile | None
-) -> float | None:
-    """Gate seconds (of wall time) from the decode rates the store measured on the
-    baseline (on the profile itself for a baseline profile) under this workload; None
-    before it was ever measured."""
-    from kctl.gate import Measurement, estimate_duration
+def _rates(
+    ctx: Context, store: Store, candidate: Profile, baseline: Profile | None
+) -> dict[int, float]:
+    """Decode tok/s by context (real-time scale) that the store measured on the baseline
+    (on the profile itself for a baseline profile) under this workload, whatever its age;
+    empty before it was ever measured."""
+    from kctl.gate import Measurement
 
     measured = baseline or candidate
     fp = common.fingerprint(ctx, candidate, measured)
     hit = store.latest_measurement(measured.content_hash, fp, float("inf"), now=ctx.clock())
     if hit is None:
-        return None
+        return {}
     meas = Measurement.from_dict(hit[0])
-    rates = {
+    return {
         s.context: s.median
         for s in meas.summaries
         if s.concurrency == 1 and s.median is not None and s.median > 0
     }
-    if not rates:
+
+
+def _check_cost(
+    steps: tuple[Step, ...], workload: Workload, rates: dict[int, float]
+) -> dict[str, Any] | None:
+    """What the plan's drift check of the stored baseline measurement sends and may take
+    (seconds at real-time scale, as its bound), and what measuring the baseline again would
+    send; None when the plan has no drift check."""
+    from kctl.gate import estimate_duration
+    from kctl.gate.drift import DRIFT_REQUESTS
+
+    checked = [s for s in steps if isinstance(s, Measure) and s.source == "checked"]
+    if not checked:
         return None
-    seconds = float(estimate_duration(workload, rates))
-    return round(seconds / ctx.backend.time_scale(candidate), 1)
+    step = checked[0]
+    sends = dataclasses.replace(
+        workload,
+        warmups=(),
+        measured=tuple(r for r in workload.measured if r.index < DRIFT_REQUESTS),
+        concurrent=(),
+        probes=(),
+    )
+    estimate = round(float(estimate_duration(sends, rates)), 1) if rates else None
+    return {
+        "requests": step.check_requests,
+        "bound_s": step.check_budget_s,
+        "estimated_s": estimate,
+        "measure_requests": step.measure_requests,
+    }
 
 
 def _count(workload: Any) -> int:

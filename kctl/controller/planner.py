@@ -58,10 +58,20 @@ def _baseline_steps(
     """The steps that get the baseline measured, and what serves after them (its profile
     name), which the candidate then replaces."""
     serving = seen.serving
+    runs = serving is not None and serving.profile_hash == baseline.content_hash
+    if seen.baseline_measured and runs:
+        # the baseline serves: the stored measurement is checked against it before reuse
+        assert serving is not None
+        return (
+            WaitHealthy(
+                role="serving", profile=baseline.name, deadline_s=baseline.health.deadline_s
+            ),
+            _checked(candidate, baseline),
+        ), serving.profile
     if seen.baseline_measured:
         stored = Measure(role="baseline", profile=baseline.name, source="stored")
         return (stored,), serving.profile if serving else None
-    if serving is not None and serving.profile_hash == baseline.content_hash:
+    if serving is not None and runs:
         # measured on the running baseline before it is stopped, once it answers healthy
         # (a restart a killed kctl left may still be loading: it is never measured so)
         return (
@@ -81,6 +91,24 @@ def _baseline_steps(
         Measure(role="baseline", profile=baseline.name, source="live"),
     )
     return steps, baseline.name
+
+
+def _checked(candidate: Profile, baseline: Profile) -> Measure:
+    """The stored measurement, after a drift check on the running baseline
+    (:mod:`kctl.gate.drift`): what it sends, its time bound, and what measuring again
+    would send."""
+    from kctl.gate.drift import DRIFT_BUDGET_S, DRIFT_REQUESTS
+    from kctl.gate.workload import plan_workload
+
+    workload = plan_workload(candidate.gate)
+    return Measure(
+        role="baseline",
+        profile=baseline.name,
+        source="checked",
+        check_requests=DRIFT_REQUESTS * len(workload.contexts),
+        check_budget_s=DRIFT_BUDGET_S,
+        measure_requests=workload.planned_requests,
+    )
 
 
 def plan_deploy(candidate: Profile, baseline: Profile | None, seen: Observed) -> Plan:

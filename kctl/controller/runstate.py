@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kctl.controller.steps import Step
+    from kctl.gate.drift import DriftCheck
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance
     from kctl.store.records import Deployment
@@ -55,6 +56,8 @@ class RunState:
     ids: dict[str, str] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)
     baseline_measurement: Any = None
+    #: the drift check of a stored baseline measurement (kctl.gate.drift), when one ran
+    drift: DriftCheck | None = None
     measurement: Any = None
     gate: dict[str, Any] | None = None
     table: str | None = None

@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Literal
 #: whose server a step acts on: the profile being deployed, its known-good baseline, the
 #: deployment a revert or rollback restores, or whatever serves now
 Role = Literal["candidate", "baseline", "target", "serving"]
-#: where a baseline measurement comes from: the store (fresh enough), or the live server
-Source = Literal["stored", "live"]
+#: where a baseline measurement comes from: the store (fresh enough), the live server, or
+#: the store after a drift check on the live server confirms it (else the live server)
+Source = Literal["stored", "live", "checked"]
 
 
 @dataclass(frozen=True)
@@ -119,16 +120,30 @@ class RecordBaseline(Step):
 @dataclass(frozen=True)
 class Measure(Step):
     """Measure the role's server under the candidate's gate workload (or take the stored
-    measurement of it)."""
+    measurement of it, or, ``checked``, take it after a drift check of the running server
+    confirms it and measure again otherwise)."""
 
     name: ClassVar[str] = "measure"
     role: Role
     profile: str
     source: Source
+    #: ``checked``: the drift check's requests in all, its time bound (seconds, at
+    #: real-time scale), and the requests of the measurement it falls back to
+    check_requests: int = 0
+    check_budget_s: float = 0.0
+    measure_requests: int = 0
 
     def describe(self) -> str:
         if self.source == "stored":
             return f"take the stored measurement of the {self.role} {self.profile}"
+        if self.source == "checked":
+            return (
+                f"check the stored measurement of the {self.role} {self.profile} on the "
+                f"running server ({self.check_requests} requests, at most "
+                f"{self.check_budget_s:g} s); reuse it if steady, else measure the "
+                f"{self.role} again under the gate workload ({self.measure_requests} "
+                "requests) before stopping it"
+            )
         return f"measure the {self.role} {self.profile} under the gate workload"
 
 
@@ -141,7 +156,10 @@ class Gate(Step):
 
     def describe(self) -> str:
         first = " (stops at the first failing context)" if self.stop_at_first_fail else ""
-        return f"gate {self.profile}: throughput + correctness vs the baseline{first}"
+        return (
+            f"gate {self.profile}: correctness probes first (a wrong answer fails it before "
+            f"any throughput request), then throughput vs the baseline{first}"
+        )
 
 
 @dataclass(frozen=True)

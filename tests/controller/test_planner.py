@@ -142,3 +142,45 @@ def test_plans_are_json_and_text(pair: tuple[Profile, Profile]) -> None:
     lines = plan.lines()
     assert lines[0] == f"1. start the baseline {base.name}: baseline for the gate"
     assert "on failure after the host changed:" in lines
+
+
+def test_a_stored_measurement_of_the_serving_baseline_is_checked_before_reuse(
+    pair: tuple[Profile, Profile],
+) -> None:
+    from kctl.gate import plan_workload
+    from kctl.gate.drift import DRIFT_BUDGET_S, DRIFT_REQUESTS
+
+    cand, base = pair
+    runs = Serving("d-1", base.name, base.content_hash)
+    plan = plan_deploy(cand, base, Observed(runs, baseline_known=True, baseline_measured=True))
+    check = Measure(
+        role="baseline",
+        profile=base.name,
+        source="checked",
+        check_requests=DRIFT_REQUESTS * len(cand.gate.contexts),
+        check_budget_s=DRIFT_BUDGET_S,
+        measure_requests=plan_workload(cand.gate).planned_requests,
+    )
+    assert plan.steps == (
+        WaitHealthy(role="serving", profile=base.name, deadline_s=base.health.deadline_s),
+        check,
+        StopServing(profile=base.name, why="replaced by the candidate"),
+        *_tail(cand),
+    )
+    assert plan.revert[-1] == Restore(profile=base.name)
+    # what kctl plan prints: the check's cost, its bound, and what it falls back to
+    assert check.describe() == (
+        f"check the stored measurement of the baseline {base.name} on the running server "
+        f"({check.check_requests} requests, at most {DRIFT_BUDGET_S:g} s); reuse it if "
+        f"steady, else measure the baseline again under the gate workload "
+        f"({check.measure_requests} requests) before stopping it"
+    )
+    assert plan.to_dict()["steps"][1]["source"] == "checked"
+    assert (
+        plan.steps[-2]
+        .describe()
+        .startswith(
+            f"gate {cand.name}: correctness probes first (a wrong answer fails it before any "
+            "throughput request), then throughput"
+        )
+    )
