@@ -7,13 +7,30 @@ server's parser accepts.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kctl.profile.rules import Found
 from kctl.sglang.releases import Release, UnknownRelease, known_versions, release
 
-if TYPE_CHECKING:
-    from kctl.profile.model import ImageSpec, Profile
+
+class ImageNames(Protocol):
+    """What of a profile's ``image:`` names its release (the model's
+    :class:`~kctl.profile.model.ImageSpec` is one; this module sits below the model,
+    whose validators call :func:`release_problems`)."""
+
+    @property
+    def base(self) -> str: ...
+
+    @property
+    def sglang(self) -> str | None: ...
+
+
+class Imaged(Protocol):
+    """A profile, as far as its release goes (:class:`~kctl.profile.model.Profile`)."""
+
+    @property
+    def image(self) -> ImageNames: ...
+
 
 #: the release a tag names: ``v0.5.10-cu130``, ``0.5.10.post1``, ``v0.5.23-cu129-amd64``
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?=$|-)")
@@ -31,12 +48,12 @@ def tag_version(image_ref: str) -> str | None:
     return m.group(1) if m else None
 
 
-def release_version(image: ImageSpec) -> str | None:
+def release_version(image: ImageNames) -> str | None:
     """The version the profile names: ``image.sglang``, else ``image.base``'s tag."""
     return image.sglang or tag_version(image.base)
 
 
-def image_release(image: ImageSpec) -> Release:
+def image_release(image: ImageNames) -> Release:
     """The release of ``image``; :class:`UnknownRelease` (exit 2) when it names none kctl
     knows."""
     version = release_version(image)
@@ -48,7 +65,7 @@ def image_release(image: ImageSpec) -> Release:
     return release(version)
 
 
-def profile_release(profile: Profile) -> Release:
+def profile_release(profile: Imaged) -> Release:
     """The release ``profile`` runs (see :func:`image_release`)."""
     return image_release(profile.image)
 
@@ -58,7 +75,7 @@ def _range() -> str:
     return f"kctl knows {known[0]} to {known[-1]}"
 
 
-def release_problems(image: ImageSpec) -> list[Found]:
+def release_problems(image: ImageNames) -> list[Found]:
     """Why ``image`` names no known release (path relative to ``image``), or nothing."""
     if image.sglang is not None:
         try:

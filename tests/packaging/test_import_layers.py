@@ -40,14 +40,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 #: type-only back references inside one package that still close a loop (a module names
 #: a sibling's types for annotations under ``TYPE_CHECKING`` while the sibling imports
-#: it): the profile model's cross-field checks and release lookup take the model's
-#: sections as arguments, and the model's validators call them. Nothing may join this
-#: list; an entry that no longer closes a loop must leave it (a test says so).
+#: it): the profile model's cross-field checks take the model's sections as arguments,
+#: and the model's validators call them. Nothing may join this list; an entry that no
+#: longer closes a loop must leave it (a test says so).
 TYPE_ONLY_LOOPS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("kctl.profile.checks", "kctl.profile.model"),
-        ("kctl.profile.release", "kctl.profile.model"),
-    }
+    {("kctl.profile.checks", "kctl.profile.model")}
 )
 
 
