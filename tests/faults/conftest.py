@@ -1,4 +1,5 @@
-"""Fixtures of the fault-injection suite, and its per-group summary.
+"""Fixtures of the fault-injection suite; its per-group summary is printed by the root
+``conftest.py`` (so that it also counts the cases pytest-xdist workers ran).
 
 Each test module is one group (``test_kill.py`` -> ``kill``). At the end of a run that
 collected any of them, one line per group is printed:
@@ -13,10 +14,8 @@ missing, or that had ended and were changed, afterwards (``kctl history --json``
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -50,41 +49,3 @@ def slow_case(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Case]:
         yield c
     finally:
         c.cleanup()
-
-
-def _group(nodeid: str) -> str | None:
-    path, _, _ = nodeid.partition("::")
-    p = Path(path)
-    if p.parent.name != "faults" or not p.name.startswith("test_"):
-        return None
-    return p.stem.removeprefix("test_")
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    groups: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    seen: set[str] = set()
-    for outcome in ("passed", "failed", "error", "skipped"):
-        for rep in terminalreporter.stats.get(outcome, []):
-            group = _group(getattr(rep, "nodeid", ""))
-            if group is None or outcome == "skipped" or rep.nodeid in seen:
-                continue
-            if rep.when != "call" and outcome == "passed":
-                continue
-            seen.add(rep.nodeid)
-            g = groups[group]
-            g[0] += 1
-            g[1] += outcome == "passed"
-            g[2] += sum(v for k, v in rep.user_properties if k == "lost_records")
-    if not groups:
-        return
-    terminalreporter.section("fault suite: cases / survived / lost records")
-    total = [0, 0, 0]
-    for name in sorted(groups):
-        cases, survived, lost = groups[name]
-        total = [total[0] + cases, total[1] + survived, total[2] + lost]
-        terminalreporter.write_line(
-            f"faults {name}: {cases} cases / {survived} survived / {lost} lost records"
-        )
-    terminalreporter.write_line(
-        f"faults total: {total[0]} cases / {total[1]} survived / {total[2]} lost records"
-    )
