@@ -10,7 +10,16 @@ from typing import Any
 
 import typer
 
-from kctl.cli.app import FLEET_OPTION, _Command, _context, _emit, app, flag, lock_app
+from kctl.cli.app import (
+    FLEET_OPTION,
+    SET_OPTION,
+    _Command,
+    _context,
+    _emit,
+    app,
+    flag,
+    lock_app,
+)
 
 _DEPLOY_EXITS = (
     "Exit codes: 0 promoted (or the profile already serves); 2 invalid profile or "
@@ -28,6 +37,7 @@ def deploy(
     rebuild: bool = flag("--rebuild", help="Rebuild the image even if unchanged."),
     force: bool = flag("--force", help="Deploy even if this profile already serves."),
     fleet: str | None = FLEET_OPTION,
+    sets: list[str] = SET_OPTION,
 ) -> None:
     """Deploy PROFILE: health, throughput + correctness gate, promote or revert.
 
@@ -44,7 +54,7 @@ def deploy(
     from kctl.controller.deploy import deploy as run
     from kctl.render import deploy_text
 
-    ctx = _context()
+    ctx = _context(sets)
     ctx.rebuild = rebuild
     if fleet is not None:
         from kctl.fleet.rollout import deploy_fleet
@@ -125,11 +135,12 @@ def bench(
         help="Also append the results to FILE as SGLang's bench_serving writes them "
         "(JSON lines, one per context).",
     ),
+    sets: list[str] = SET_OPTION,
 ) -> None:
     """Run a gate workload against what serves now; stored, no deploy."""
     from kctl.controller.bench import bench as run
 
-    result = run(_context(), profile, bench_serving=bench_serving).to_dict()
+    result = run(_context(sets), profile, bench_serving=bench_serving).to_dict()
     text = result.get("table") or json.dumps(result["measurement"].get("summary", {}), indent=2)
     _emit("bench", result, text)
 
@@ -138,6 +149,7 @@ def bench(
 def plan(
     profile: str = typer.Argument(..., help="Profile YAML."),
     fleet: str | None = FLEET_OPTION,
+    sets: list[str] = SET_OPTION,
 ) -> None:
     """Everything deploy would do (profile, argv/env, gate, image); changes nothing.
 
@@ -148,13 +160,14 @@ def plan(
     if fleet is not None:
         from kctl.fleet.preview import plan_fleet, plan_fleet_text
 
-        fleet_result = plan_fleet(_context(), profile, fleet)
+        fleet_result = plan_fleet(_context(sets), profile, fleet)
         _emit("plan", fleet_result, plan_fleet_text(fleet_result))
         return
 
-    result = run(_context(), profile)
+    result = run(_context(sets), profile)
     lines = [
         f"profile {result['profile']['name']} (hash {result['profile_hash'][:12]})",
+        *_overrides_line(result["profile"]["overrides"]),
         f"runtime: {result['runtime']}" + (" (simulated)" if result["simulate"] else ""),
         f"baseline: {result['baseline'] or 'none (this profile is a baseline)'}",
         describe_release(result["sglang"]),
@@ -193,9 +206,16 @@ def _check_line(check: dict[str, Any] | None) -> list[str]:
     about = "" if check["estimated_s"] is None else f"about {check['estimated_s']:.0f} s, "
     return [
         f"baseline drift check: {check['requests']} requests on the running baseline, "
-        f"{about}at most {check['bound_s']:g} s; if it drifted, the baseline is measured "
-        f"again ({check['measure_requests']} requests)"
+        f"{about}at most {check['bound_s']:g} s at real-time scale; if it drifted, the "
+        f"baseline is measured again ({check['measure_requests']} requests)"
     ]
+
+
+def _overrides_line(overrides: list[str]) -> list[str]:
+    """``kctl plan``'s line for the ``--set`` items in the profile it shows."""
+    if not overrides:
+        return []
+    return ["overrides (profile and baseline): " + " ".join(f"--set {o}" for o in overrides)]
 
 
 def _duration(seconds: float | None) -> str:
@@ -231,17 +251,23 @@ def render(
 
 
 @app.command(cls=_Command)
-def validate(profiles: list[str] = typer.Argument(..., help="Profile YAML files.")) -> None:
-    """Validate profiles; every problem with its file, field and fix."""
+def validate(
+    profiles: list[str] = typer.Argument(..., help="Profile YAML files."),
+    sets: list[str] = SET_OPTION,
+) -> None:
+    """Validate profiles; every problem with its file, field and fix. With --set: each
+    profile as the field values given make it."""
     from kctl.errors import ProfileError
     from kctl.launch import argv_warnings
     from kctl.profile.loader import load_profile
+    from kctl.profile.overrides import parse_overrides
 
     results: list[dict[str, Any]] = []
     problems: list[str] = []
+    overrides = parse_overrides(sets)
     for path in profiles:
         try:
-            p = load_profile(path)
+            p = load_profile(path, overrides=overrides)
             warnings = [f"{path}: {w}" for w in argv_warnings(p)]
             results.append({"path": path, "ok": True, "hash": p.content_hash, "warnings": warnings})
         except ProfileError as exc:

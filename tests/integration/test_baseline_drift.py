@@ -59,8 +59,8 @@ def test_the_stored_baseline_is_checked_reused_when_steady_and_measured_again_wh
     assert 0 < cost["estimated_s"] < cost["bound_s"]
     assert (
         f"baseline drift check: 4 requests on the running baseline, about "
-        f"{cost['estimated_s']:.0f} s, at most 300 s; if it drifted, the baseline is measured "
-        "again (8 requests)"
+        f"{cost['estimated_s']:.0f} s, at most 300 s at real-time scale; if it drifted, the "
+        "baseline is measured again (8 requests)"
     ) in plan
 
     # steady: the check confirms it, it is reused, and the wrong answers reject the
