@@ -64,6 +64,47 @@ def _got(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+#: Docker endpoints a fleet file names: ``unix://`` ones are host paths (the socket)
+UNIX = "unix://"
+
+
+def _endpoints(data: dict[str, Any]) -> list[tuple[FieldPath, Any]]:
+    swarm = data.get("swarm")
+    if not isinstance(swarm, dict):
+        return []
+    found: list[tuple[FieldPath, Any]] = [(("swarm", "manager"), swarm.get("manager"))]
+    engines = swarm.get("engines")
+    if isinstance(engines, dict):
+        found += [(("swarm", "engines", str(k)), v) for k, v in engines.items()]
+    return found
+
+
+def _clean_endpoints(display: str, data: dict[str, Any]) -> list[str]:
+    """The socket path of each ``unix://`` endpoint normalized in ``data`` (in place), as a
+    profile's host paths are; one problem line per path with ``..`` in it."""
+    lines = []
+    for where, value in _endpoints(data):
+        if not (isinstance(value, str) and value.startswith(UNIX)):
+            continue
+        socket = value[len(UNIX) :]
+        if ".." in socket.split("/"):
+            meant = UNIX + rules.normal_path(socket)
+            lines.append(
+                f"{display}: {format_path(where)}: the socket path contains '..'; write the "
+                f"path itself, without '..' (here {meant!r}, if that is what is meant) "
+                f"(got {_got(value)})"
+            )
+            continue
+        node = data["swarm"] if len(where) == 2 else data["swarm"]["engines"]
+        key = where[-1] if len(where) == 2 else _key(data["swarm"]["engines"], where[-1])
+        node[key] = UNIX + rules.normal_path(socket)
+    return lines
+
+
+def _key(mapping: dict[Any, Any], name: str | int) -> Any:
+    return next(k for k in mapping if str(k) == name)
+
+
 def load_fleet(path: str | Path) -> FleetSpec:
     """Load and validate one fleet file; :class:`ProfileError` (exit 2) lists every problem."""
     display = str(path)
@@ -83,6 +124,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
         if key in data
     ]
     body = {k: v for k, v in data.items() if k not in FILLED_IN}
+    lines += _clean_endpoints(display, body)
     try:
         fleet = FLEET.validate_python({**body, "source": display}, context={rules.FILE: True})
     except ValidationError as exc:

@@ -45,6 +45,7 @@ RepoDir = Annotated[
     Field(min_length=1, pattern=r"\S"),
     says(KERNEL_SOURCE),
     rules.judged(rules.repo_dir_problem),
+    rules.clean_path,
 ]
 CUDA_ARCH = (
     "must be a CUDA arch as TORCH_CUDA_ARCH_LIST spells it, a quoted string such as "
@@ -64,6 +65,7 @@ ModelPath = Annotated[
     says(MODEL_PATH),
     rules.judged(lambda v: None if v.strip() else MODEL_PATH),
     safe(MODEL_PATH),
+    rules.clean_path,
 ]
 ServedName = Annotated[
     str,
@@ -109,6 +111,7 @@ DraftPath = Annotated[
     Field(min_length=1, pattern=r"\S"),
     says("must be a non-empty path or null"),
     safe("must be a non-empty path or null"),
+    rules.clean_path,
 ]
 CudaGraphMaxBs = Annotated[
     int,
@@ -156,7 +159,9 @@ Weight = Annotated[
 ]
 _ENV = TypeAdapter(dict[EnvName, EnvValue])
 SECRET_FILE = "must be the absolute path of a file holding the secret, e.g. '/etc/kctl/hf-token'"
-SecretFile = Annotated[str, Strict(), Field(pattern=r"^/"), says(SECRET_FILE), safe(SECRET_FILE)]
+SecretFile = Annotated[
+    str, Strict(), Field(pattern=r"^/"), says(SECRET_FILE), safe(SECRET_FILE), rules.clean_path
+]
 K8S_SECRET = (
     "must be '<secret name>/<key>' of a Kubernetes Secret in the release's namespace, "
     "e.g. 'kimi-secrets/hf-token'"
@@ -181,10 +186,17 @@ WeightMap = Annotated[
     tuple[tuple[int, float], ...], rules.pairs(_WEIGHTS), rules.mapping_schema(_WEIGHTS)
 ]
 HOST_PATH = "must be an absolute host path, e.g. '/models'"
-HostPath = Annotated[str, Strict(), Field(pattern=r"^/"), says(HOST_PATH), safe(HOST_PATH)]
+HostPath = Annotated[
+    str, Strict(), Field(pattern=r"^/"), says(HOST_PATH), safe(HOST_PATH), rules.clean_path
+]
 CONTAINER_PATH = "must be an absolute path inside the container, e.g. '/models'"
 ContainerPath = Annotated[
-    str, Strict(), Field(pattern=r"^/"), says(CONTAINER_PATH), safe(CONTAINER_PATH)
+    str,
+    Strict(),
+    Field(pattern=r"^/"),
+    says(CONTAINER_PATH),
+    safe(CONTAINER_PATH),
+    rules.clean_path,
 ]
 FatalPattern = Annotated[
     str,

@@ -18,13 +18,14 @@ Rules (the user-facing version is ``docs/profiles.md``):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kctl.errors import ProfileError
 from kctl.profile.argv import argv_problems
 from kctl.profile.model import Profile
+from kctl.profile.overrides import Override, apply_overrides, parse_overrides
 from kctl.profile.reader import ReadError, read_profile_data
 from kctl.profile.serialize import content_hash
 from kctl.profile.validate import FieldPath, Problems, build_profile
@@ -32,22 +33,42 @@ from kctl.profile.validate import FieldPath, Problems, build_profile
 EXTENSION_PREFIX = "x-"
 
 
-def _read_yaml(display: str, real: str, problems: Problems) -> dict[str, Any] | None:
+def _read_yaml(
+    display: str, real: str, problems: Problems, referrer: tuple[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The mapping in ``display``, or None with the problem added. A file another profile
+    names (``referrer``: that file and its field) that is not a profile is refused there,
+    in the referrer's words: what the file holds is never shown (it may be any file)."""
     try:
         data = read_profile_data(real)
     except ReadError as exc:
-        problems.raw(f"{display}: {exc}")
+        if referrer is not None:
+            problems.raw(_foreign(referrer, display, f"it cannot be read as one: {exc.brief}"))
+        else:
+            problems.raw(f"{display}: {exc}")
         return None
-    if data is None:
-        problems.raw(f"{display}: the file is empty; a profile needs at least server.model_path")
-        return None
-    if not isinstance(data, dict):
-        problems.raw(
-            f"{display}: (top level): must be a mapping of profile sections "
-            f"(got {type(data).__name__})"
-        )
+    if data is None or not isinstance(data, dict):
+        what = "it is empty" if data is None else f"its top level is a {type(data).__name__}"
+        if referrer is not None:
+            problems.raw(_foreign(referrer, display, f"{what}, not a mapping of profile sections"))
+        elif data is None:
+            problems.raw(
+                f"{display}: the file is empty; a profile needs at least server.model_path"
+            )
+        else:
+            problems.raw(
+                f"{display}: (top level): must be a mapping of profile sections "
+                f"(got {type(data).__name__})"
+            )
         return None
     return data
+
+
+def _foreign(referrer: tuple[str, str], display: str, why: str) -> str:
+    return (
+        f"{referrer[0]}: {referrer[1]}: {display} is not a kctl profile ({why}); name a "
+        f"profile file (`kctl validate {display}` shows its own problems)"
+    )
 
 
 def _relative_to(declaring: str, value: str) -> str:
@@ -129,14 +150,12 @@ def _resolve(
     field that named ``display`` (a file that is not a profile is refused there, its
     content never shown)."""
     real = os.path.realpath(display)
-    data = _read_yaml(display, real, problems)
+    data = _read_yaml(display, real, problems, referrer)
     if data is None:
         return None
     if referrer is not None and _not_a_profile(data):
-        problems.raw(
-            f"{referrer[0]}: {referrer[1]}: {display} is not a kctl profile (none of "
-            f"{', '.join(sorted(PROFILE_KEYS))} at its top level); name a profile file"
-        )
+        keys = ", ".join(sorted(PROFILE_KEYS))
+        problems.raw(_foreign(referrer, display, f"none of {keys} at its top level"))
         return None
     data = {k: v for k, v in data.items() if not str(k).startswith(EXTENSION_PREFIX)}
     declared = {"baseline": display} if "baseline" in data else {}
@@ -200,19 +219,29 @@ def resolve_file(path: str | Path) -> dict[str, Any]:
 def load_profile(
     path: str | Path,
     *,
+    overrides: Sequence[str | Override] = (),
     _baseline_chain: tuple[tuple[str, str], ...] = (),
     _referrer: tuple[str, str] | None = None,
 ) -> Profile:
     """Load, resolve and validate one profile; raise :class:`ProfileError` listing every
-    problem. ``path`` is shown in messages exactly as given."""
+    problem. ``path`` is shown in messages exactly as given. ``overrides``: ``--set
+    FIELD=VALUE`` items (:mod:`kctl.profile.overrides`), applied to the profile and to its
+    baseline; a problem with one names the ``--set`` rather than a file."""
     display = str(path)
     real = os.path.realpath(display)
+    sets = _parsed(overrides)
     origins = _Origins(display)
     problems = Problems(origins)
     resolved = _resolve(display, problems, origins, [(real, display)], _referrer)
     if resolved is None:
         raise ProfileError(problems.lines)
     data, declared = resolved
+    if sets:
+        data, unset = apply_overrides(data, sets)
+        for o in sets:
+            origins.by_path[tuple(p for p in o.path if isinstance(p, str))] = o.origin
+        for line in unset:
+            problems.raw(line)
     name = data.get("name") if isinstance(data.get("name"), str) else None
     name = name or Path(display).stem
 
@@ -240,6 +269,7 @@ def load_profile(
                     problems,
                     (*_baseline_chain, (real, display)),
                     declaring,
+                    sets,
                 )
 
     profile = build_profile(data, problems, name=name, source=display, baseline=baseline_path)
@@ -248,11 +278,17 @@ def load_profile(
     if profile is not None and baseline_profile is not None:
         _check_pair(profile, baseline_profile, problems)
     if profile is None or problems:
-        raise ProfileError(problems.lines)
+        raise ProfileError(list(dict.fromkeys(problems.lines)))  # a --set's line once
     digest = content_hash(
         profile, baseline_hash=baseline_profile.content_hash if baseline_profile else None
     )
-    return _with_hash(profile, digest)
+    return _with_hash(profile, digest, tuple(o.text for o in sets))
+
+
+def _parsed(overrides: Sequence[str | Override]) -> tuple[Override, ...]:
+    texts = [o for o in overrides if isinstance(o, str)]
+    done = tuple(o for o in overrides if isinstance(o, Override))
+    return done + parse_overrides(texts) if texts else done
 
 
 def _load_baseline(
@@ -261,6 +297,7 @@ def _load_baseline(
     problems: Problems,
     chain: tuple[tuple[str, str], ...],
     declaring: str,
+    sets: tuple[Override, ...],
 ) -> Profile | None:
     real = os.path.realpath(path)
     reals = [r for r, _ in chain]
@@ -283,10 +320,16 @@ def _load_baseline(
         )
         return None
     try:
-        return load_profile(path, _baseline_chain=chain, _referrer=(declaring, "baseline"))
+        return load_profile(
+            path, overrides=sets, _baseline_chain=chain, _referrer=(declaring, "baseline")
+        )
     except ProfileError as exc:
         if len(exc.problems) == 1 and exc.problems[0].startswith(f"{declaring}: baseline: "):
             problems.raw(exc.problems[0])  # not a profile: said once, content not shown
+            return None
+        if all(line.startswith("--set ") for line in exc.problems):
+            for line in exc.problems:  # the fix is the --set, the same for both profiles
+                problems.raw(line)
             return None
         problems.add(("baseline",), "the baseline profile is invalid (its problems follow)", raw)
         for line in exc.problems:
@@ -320,20 +363,23 @@ def _check_pair(profile: Profile, baseline: Profile, problems: Problems) -> None
         )
 
 
-def _with_hash(profile: Profile, digest: str) -> Profile:
+def _with_hash(profile: Profile, digest: str, overrides: tuple[str, ...]) -> Profile:
     import dataclasses
 
-    return dataclasses.replace(profile, content_hash=digest)
+    return dataclasses.replace(profile, content_hash=digest, overrides=overrides)
 
 
-def load_profiles(paths: Iterable[str | Path]) -> list[Profile]:
+def load_profiles(
+    paths: Iterable[str | Path], *, overrides: Sequence[str | Override] = ()
+) -> list[Profile]:
     """Load several profiles (``kctl validate``); raise one :class:`ProfileError` with the
     problems of every invalid file, in order, after trying them all."""
     loaded: list[Profile] = []
     lines: list[str] = []
+    sets = _parsed(overrides)
     for path in paths:
         try:
-            loaded.append(load_profile(path))
+            loaded.append(load_profile(path, overrides=sets))
         except ProfileError as exc:
             lines.extend(line for line in exc.problems if line not in lines)
     if lines:

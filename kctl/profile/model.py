@@ -325,3 +325,6 @@ class Profile:
     simulator: SimulatorSpec = field(default_factory=SimulatorSpec)
     #: sha256 of the resolved content (source path and name excluded); stable across runs
     content_hash: Str = ""
+    #: the ``--set FIELD=VALUE`` items applied on top of the files, as given: the values
+    #: above already hold them (and so does the hash); kept to say where they came from
+    overrides: tuple[Str, ...] = ()

@@ -31,7 +31,13 @@ MAX_DEPTH = 32
 
 
 class ReadError(InvalidInput):
-    """A file that cannot be a profile; ``str()`` is the problem without the file name."""
+    """A file that cannot be a profile; ``str()`` is the problem without the file name.
+    ``brief``: the same without anything the file holds (no key, character or tag it
+    contains), for a file that another profile names and may be anything."""
+
+    def __init__(self, message: str, *, brief: str | None = None) -> None:
+        super().__init__(message)
+        self.brief = brief or message
 
 
 class _Bound(InvalidInput):
@@ -187,9 +193,10 @@ def read_text(path: str) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         before = raw[: exc.start].decode("utf-8")  # valid up to the bad byte
+        where = _where(before, len(before))
         raise ReadError(
-            f"{_where(before, len(before))}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
-            "save the file as UTF-8"
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8",
+            brief=f"{where}: not UTF-8 text",
         ) from None
     return text.removeprefix("\ufeff")
 
@@ -209,20 +216,23 @@ def parse(text: str) -> Any:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         field = f"{format_path(exc.path)}: " if exc.path else ""
-        raise ReadError(f"{field}refused{where}: {exc.problem}") from None
+        raise ReadError(
+            f"{field}refused{where}: {exc.problem}", brief=f"refused{where}: {exc.problem}"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown line"
         what = exc.problem or exc.context or "invalid YAML"
-        raise ReadError(f"{where}: invalid YAML: {what}") from None
+        raise ReadError(f"{where}: invalid YAML: {what}", brief=f"{where}: invalid YAML") from None
     except yaml.reader.ReaderError as exc:
         char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        where = _where(text, exc.position)
         raise ReadError(
-            f"{_where(text, exc.position)}: invalid YAML: character {char!r} is not "
-            "allowed in YAML; remove it"
+            f"{where}: invalid YAML: character {char!r} is not allowed in YAML; remove it",
+            brief=f"{where}: invalid YAML",
         ) from None
     except yaml.YAMLError as exc:
-        raise ReadError(f"invalid YAML: {exc}") from None
+        raise ReadError(f"invalid YAML: {exc}", brief="invalid YAML") from None
 
 
 def read_profile_data(path: str) -> Any:

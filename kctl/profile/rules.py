@@ -12,6 +12,7 @@ inside the repository, image references) run only when a profile file is loaded
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -360,9 +361,47 @@ def report(title: str, found: list[Found]) -> None:
         )
 
 
+def _climbs(value: str) -> bool:
+    return ".." in value.split("/")
+
+
+def normal_path(value: str) -> str:
+    """``value`` with repeated slashes, ``.`` segments and a trailing slash removed (a
+    relative path stays relative). A path with ``..`` is refused rather than normalized:
+    what ``..`` climbs out of depends on the file system (a symlink before it); the form
+    returned for one only suggests what it may mean."""
+    out = posixpath.normpath(re.sub("/+", "/", value))
+    return value if not value else out
+
+
+def _path_problem(value: str) -> str | None:
+    if not _climbs(value):
+        return None
+    meant = normal_path(value)
+    return (
+        f"contains '..'; write the path itself, without '..' (here {meant!r}, if that is "
+        "what is meant), so that the profile shows what kctl uses"
+    )
+
+
+def _clean_path(value: Any, handler: Callable[[Any], Any], info: ValidationInfo) -> Any:
+    out = handler(value)
+    if from_file(info) and isinstance(out, str):
+        message = _path_problem(out)
+        if message is not None:
+            raise problem(message)
+        return normal_path(out)
+    return out
+
+
+#: file rule, last in a path field's metadata: ``..`` refused, the path normalized
+#: (``/models//x/`` -> ``/models/x``), so what is mounted, read or hashed is what shows
+clean_path = WrapValidator(_clean_path)
+
+
 def repo_dir_problem(value: str) -> str | None:
     """Why ``value`` is not a directory inside the repository, or None."""
-    if value.startswith("/") or ".." in value.split("/"):
+    if value.startswith("/") or _climbs(value):
         return (
             "must stay inside the repository: a path relative to its root, without '..', "
             "e.g. 'kernels'"

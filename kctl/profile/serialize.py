@@ -59,12 +59,13 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
 def content_hash(profile: Profile, *, baseline_hash: str | None = None) -> str:
     """sha256 of the canonical JSON of the resolved profile.
 
-    Excluded: ``source``, ``name``, ``description`` and ``content_hash`` (where the file
-    lives and what it is called do not change what runs). The baseline enters as its own content hash,
+    Excluded: ``source``, ``name``, ``description``, ``content_hash`` and ``overrides``
+    (where the file lives, what it is called and which of its values came from ``--set``
+    do not change what runs; the values themselves are hashed). The baseline enters as its own content hash,
     not its path, so the hash is the same from any working directory and any ``extends``
     layout, yet changes when the known-good configuration it is gated against changes."""
     data = profile_to_dict(profile)
-    for key in ("source", "name", "description", "content_hash"):
+    for key in ("source", "name", "description", "content_hash", "overrides"):
         data.pop(key, None)
     data["baseline"] = baseline_hash
     data["_hash_version"] = HASH_VERSION

@@ -30,7 +30,7 @@ FieldPath = tuple[str | int, ...]
 #: keys a profile file may hold that are not model fields (the loader consumes them)
 LOADER_KEYS = ("extends", "name", "baseline")
 #: model fields that the loader fills in and a file must not set
-FILLED_IN = ("source", "content_hash")
+FILLED_IN = ("source", "content_hash", "overrides")
 
 PROFILE = TypeAdapter(Profile)
 

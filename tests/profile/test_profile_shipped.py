@@ -46,7 +46,7 @@ def _field_paths(cls: Any, prefix: str = "") -> list[str]:
     out: list[str] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if cls is Profile and f.name in ("source", "content_hash"):
+        if cls is Profile and f.name in ("source", "content_hash", "overrides"):
             continue  # filled in by the loader, never written
         path = f"{prefix}{f.name}"
         out.append(path)
