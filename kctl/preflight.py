@@ -145,8 +145,8 @@ def check_port(
     if replacing is not None and replacing_running and replacing.port in (port, 0):
         return []
     return [
-        f"port {port} is taken by {holder}; stop it or set server.port in the profile "
-        "to a free port"
+        f"port {port} is taken by {holder}; stop it, or serve on a free port: --set "
+        "server.port=PORT (the baseline too), or server.port in the profiles"
     ]
 
 

@@ -81,7 +81,8 @@ OPTS = Options()
 _REPORTER: list[CliReporter] = []
 
 
-def _context() -> Any:
+def _context(overrides: list[str] | None = None) -> Any:
+    """The command's context; ``overrides``: its ``--set FIELD=VALUE`` items."""
     from kctl.backend import make_backend
     from kctl.controller.context import Context, default_state_dir
 
@@ -89,7 +90,12 @@ def _context() -> Any:
     backend = make_backend(simulate=OPTS.simulate)  # the one place simulation is chosen
     reporter = CliReporter(quiet=OPTS.json, verbose=OPTS.verbose)
     _REPORTER[:] = [reporter]
-    return Context(state_dir=backend.state_dir(root), backend=backend, reporter=reporter)
+    return Context(
+        state_dir=backend.state_dir(root),
+        backend=backend,
+        reporter=reporter,
+        overrides=tuple(overrides or ()),
+    )
 
 
 def _emit(command: str, result: Any, text: str, exit_code: int = 0) -> None:
@@ -126,6 +132,15 @@ def _globals(
     OPTS.state_dir, OPTS.json, OPTS.verbose, OPTS.simulate = state_dir, json_out, verbose, simulate
 
 
+SET_OPTION: Any = typer.Option(
+    [],
+    "--set",
+    metavar="FIELD=VALUE",
+    help="Set a profile field over the files, for the profile and its baseline alike; "
+    "repeatable. The value is typed by the field (--set server.port=31000, --set "
+    "'gate.contexts=[5700, 23000]', --set server.env.HF_HOME=/data/hf). Recorded with "
+    "the deployment; `kctl schema` lists the fields.",
+)
 FLEET_OPTION: Any = typer.Option(
     None,
     "--fleet",

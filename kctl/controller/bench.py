@@ -51,6 +51,13 @@ def bench(
         render_table,
     )
 
+    if ctx.overrides and profile_path is None:
+        from kctl.errors import UsageError
+
+        raise UsageError(
+            "--set changes a profile's fields, and no PROFILE was given",
+            hint="name the profile whose gate to run: kctl bench PROFILE --set FIELD=VALUE",
+        )
     if bench_serving is not None and not Path(bench_serving).resolve().parent.is_dir():
         from kctl.errors import UsageError
 
@@ -74,7 +81,7 @@ def bench(
                 f"{dep.id} is recorded as serving but does not run",
                 hint="run `kctl status`, then `kctl rollback`",
             )
-        gate_profile = common.load(profile_path) if profile_path else serving_profile
+        gate_profile = common.load(profile_path, ctx.overrides) if profile_path else serving_profile
         fp = common.fingerprint(ctx, gate_profile, serving_profile)
         # a SIGINT is an Interrupted (exit 130, nothing stored) wherever it lands; SIGTERM
         # keeps its default action (bench changes nothing that needs undoing)
@@ -100,7 +107,8 @@ def bench(
             )  # fmt: skip
         base_path = serving_profile.baseline or gate_profile.baseline
         if base_path:
-            base = common.load(base_path)
+            # as it was deployed: with the --set given now, else the serving one's
+            base = common.load(base_path, ctx.overrides or serving_profile.overrides)
             bfp = common.fingerprint(ctx, gate_profile, base)
             stored = store.latest_measurement(
                 base.content_hash, bfp, max_age_s=float("inf"), now=ctx.clock()

@@ -96,6 +96,9 @@ class Context:
     #: the repository holding the kernel source; None: the one that holds the profile
     repo_root: Path | None = None
     rebuild: bool = False
+    #: ``--set FIELD=VALUE`` items, applied to every profile the command loads from a file
+    #: (the candidate and its baseline alike)
+    overrides: tuple[str, ...] = ()
     _runtimes: dict[str, Runtime] = field(default_factory=dict)
 
     def gate_clock(self, profile: Profile) -> Callable[[], float]:

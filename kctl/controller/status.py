@@ -65,6 +65,8 @@ def _dep_summary(dep: Any, serving_id: str | None = None) -> dict[str, Any]:
         "parent_id": dep.parent_id,
         "serving": serving_id is not None and dep.id == serving_id,
         "sglang_version": dep.sglang_version,
+        #: the ``--set FIELD=VALUE`` items the deployment's profile was loaded with
+        "overrides": list((dep.profile or {}).get("overrides") or []),
     }
 
 

@@ -23,7 +23,7 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
     from kctl.image import plan_image
     from kctl.profile import profile_to_dict
 
-    candidate, baseline = common.load_pair(profile_path)
+    candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     fleet = load_fleet(fleet_path)
     state = ctx.state_dir / "fleets" / fleet.name
     seen, serving_id, mismatches = Observed(None), None, []

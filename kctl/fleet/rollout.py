@@ -88,7 +88,7 @@ def reconcile(host: HostChange, driver: FleetDriver, *, resolver: str) -> list[s
 def deploy_fleet(
     ctx: Context, profile_path: str, fleet_path: str, *, force: bool = False
 ) -> dict[str, Any]:
-    candidate, baseline = common.load_pair(profile_path)
+    candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     fleet = load_fleet(fleet_path)
     # the profile's own kind: under --simulate a docker profile runs as the simulator
     if candidate.runtime.kind != "docker":

@@ -84,8 +84,9 @@ def test_check_port() -> None:
     assert check_port(
         30000, "a process listening on 127.0.0.1:30000", replacing=None, replacing_running=False
     ) == [
-        "port 30000 is taken by a process listening on 127.0.0.1:30000; stop it or set "
-        "server.port in the profile to a free port"
+        "port 30000 is taken by a process listening on 127.0.0.1:30000; stop it, or serve "
+        "on a free port: --set server.port=PORT (the baseline too), or server.port in the "
+        "profiles"
     ]
     # the deployment being replaced is not running: whoever holds the port is someone else
     assert check_port(30000, "x", replacing=current, replacing_running=False) != []
