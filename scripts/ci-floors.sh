@@ -23,7 +23,8 @@ fi
 floors="$(python3 - <<'PY'
 import re, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-wanted = {"pytest", "jsonschema"}  # what the CLI tests below import besides kctl's deps
+# what the CLI tests below import besides kctl's deps; pytest-xdist: addopts runs on workers
+wanted = {"pytest", "pytest-xdist", "jsonschema"}
 deps = project["dependencies"] + [
     d for d in project["optional-dependencies"]["test"]
     if re.split(r"[<>=!~ \[]", d, maxsplit=1)[0].lower() in wanted
