@@ -97,6 +97,16 @@ def launcher(profile: Profile, rel: Release) -> tuple[str, ...]:
     return SGLANG_ENTRY if profile.image.install_simulator else tuple(rel.launcher.argv)
 
 
+def rebind(argv: tuple[str, ...] | list[str], host: str | None) -> tuple[str, ...]:
+    """``argv`` with the value of its ``--host`` replaced by ``host`` (a fleet file's
+    ``bind``); as it is when ``host`` is None or ``argv`` sets no ``--host``."""
+    out = tuple(argv)
+    if host is None or "--host" not in out:
+        return out
+    at = out.index("--host") + 1
+    return (*out[:at], host, *out[at + 1 :])
+
+
 def connect_host(host: str) -> str:
     """Where a client on this host reaches a server bound to ``host``."""
     return "127.0.0.1" if host in _WILDCARD_HOSTS else host

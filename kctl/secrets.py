@@ -131,16 +131,25 @@ def scrub(text: str, values: Mapping[str, str] | list[str]) -> str:
 _ALL_INTERFACES = ("0.0.0.0", "::", "[::]", "")
 
 
-def exposure_warnings(profile: Profile) -> list[str]:
+def exposure_warnings(profile: Profile, *, bind: str | None = None, where: str = "") -> list[str]:
     """``kctl plan``'s warning when the server would listen on every interface with no
     API key: SGLang's endpoints (generation, and admin ones such as ``/flush_cache``)
-    would answer anyone who reaches the host."""
+    would answer anyone who reaches the host. ``bind``: a fleet file's address, which
+    replaces ``server.host`` (``where``: that file)."""
     server = profile.server
-    if server.host not in _ALL_INTERFACES or server.api_key is not None:
+    host = server.host if bind is None else bind
+    if host not in _ALL_INTERFACES or server.api_key is not None:
         return []
+    if bind is None:
+        return [
+            f"server.host: {host!r} listens on every interface and server.api_key is "
+            "not set, so anyone who reaches this host can use the server (its admin endpoints "
+            "included); fix: server.host: 127.0.0.1 behind a proxy, or set server.api_key "
+            "(a secret reference)"
+        ]
     return [
-        f"server.host: {server.host!r} listens on every interface and server.api_key is "
-        "not set, so anyone who reaches this host can use the server (its admin endpoints "
-        "included); fix: server.host: 127.0.0.1 behind a proxy, or set server.api_key "
-        "(a secret reference)"
+        f"{where or 'the fleet file'}: bind: {host!r}: every replica listens on every "
+        f"interface of its node and {profile.source or 'the profile'} sets no server.api_key, "
+        "so anyone who reaches a node can use its replica (admin endpoints included); "
+        "fix: set server.api_key (a secret reference), or firewall the fleet's ports"
     ]

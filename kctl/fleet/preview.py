@@ -14,6 +14,7 @@ from kctl.fleet.plan import Observed, plan_fleet_deploy
 from kctl.fleet.service import Placement, service_spec
 from kctl.launch import argv_warnings, release_info
 from kctl.profile.compare import gate_mismatches
+from kctl.secrets import exposure_warnings
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -62,7 +63,11 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
         #: a deploy of the profile that serves does nothing without --force
         "already_serving": seen.serving_hash == candidate.content_hash,
         "sglang": release_info(candidate),
-        "warnings": [*argv_warnings(candidate), *mismatches],
+        "warnings": [
+            *argv_warnings(candidate),
+            *mismatches,
+            *exposure_warnings(candidate, bind=fleet.bind, where=fleet.source),
+        ],
         "image": image,
         "preconditions": [
             "the fleet's lock",

@@ -5,7 +5,8 @@ takes). Pure: ``kctl plan`` can show it and tests compare it by equality; only
 
 One service per serving line (named after the fleet); a canary is a second, one-replica
 service (``<fleet>-canary``) beside it. Every replica is the launch kctl renders on one
-host, on host networking, behind a small start wrapper that gives replica slot ``i`` its
+host, on host networking (bound to the fleet file's ``bind`` address when it names one, else
+the profile's ``server.host``), behind a small start wrapper that gives replica slot ``i`` its
 own port (``ports.first + i - 1``, from Swarm's ``{{.Task.Slot}}`` template) and passes
 the GPUs Swarm reserved for it (generic resource ``DOCKER_RESOURCE_<kind>``) to
 ``CUDA_VISIBLE_DEVICES``. The service's health check is SGLang's ``GET /health``.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kctl.fleet.spec import FleetSpec
+from kctl.launch import rebind
 from kctl.profile.model import Profile
 from kctl.runtime.base import LaunchSpec
 
@@ -172,7 +174,8 @@ def service_spec(
         # None under --simulate: the simulated orchestrator runs the argv as a local process
         "Image": launch.image or "",
         "Command": ["python3", "-c", WRAPPER],
-        "Args": list(launch.argv),
+        # the fleet file's bind, if any, in place of the profile's --host
+        "Args": list(rebind(launch.argv, fleet.bind)),
         "Env": [f"{k}={v}" for k, v in sorted(env.items())],
         "Labels": tags,
         "Init": True,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kctl.fleet.service import ENV_PORT_BASE, LABEL_DEPLOYMENT
+from kctl.launch import rebind
 from kctl.runtime.base import Instance, LaunchSpec
 from kctl.runtime.local import LocalRuntime
 
@@ -111,11 +112,12 @@ class Orchestrator:
         self.state["tasks"].append(task)
         self.persist()
         # the image's python3 is this interpreter: the replica runs the service's own
-        # start wrapper, which gives the slot its port and execs the server
+        # start wrapper, which gives the slot its port and execs the server; every simulated
+        # replica runs on this host, so it binds loopback whatever the fleet file's bind
         launch = LaunchSpec(
             deployment_id=task["id"], profile_name=task["labels"].get("kctl.profile", ""),
             profile_hash=task["labels"].get("kctl.profile-hash", ""),
-            argv=(sys.executable, *container["Command"][1:], *container["Args"]),
+            argv=(sys.executable, *container["Command"][1:], *rebind(container["Args"], "127.0.0.1")),
             env=tuple(sorted(env.items())), host="127.0.0.1", port=port,
         )  # fmt: skip
         try:

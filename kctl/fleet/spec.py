@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from kctl.profile.fields import Port
+from kctl.profile.fields import Host, Port
 from kctl.profile.rules import NonNegInt, PosFloat, PosInt, Str, problem, says
 
 CONFIG = ConfigDict(extra="forbid")
@@ -238,6 +238,11 @@ class FleetSpec:
     #: the file it was read from (for messages)
     source: Str = ""
     description: Str = ""
+    #: the address every replica binds, in place of the profile's ``server.host``: a fleet
+    #: whose replicas are reached from other machines (kctl on the manager, a router,
+    #: clients; a pod's kubelet and Service) says so here, e.g. ``bind: 0.0.0.0``.
+    #: None: the profile's own address (the shipped profiles bind loopback)
+    bind: Host | None = None
     replicas: PosInt = 2
     #: GPUs each replica reserves; None = the profile's tensor-parallel size
     gpus_per_replica: NonNegInt | None = None

@@ -11,7 +11,8 @@ Refused (:class:`NotExpressible`, exit 2), each with its fix:
 * ``runtime.gpus`` as device indices: the device plugin picks a pod's GPUs;
 * fewer GPUs per replica than the tensor-parallel size, or GPUs, TP or nodes that do not
   divide evenly between the nodes of a multi-node replica;
-* a server bound to a loopback address: probes and the Service reach the pod's IP;
+* a server bound to a loopback address (the fleet's ``bind``, else the profile's
+  ``server.host``): probes and the Service reach the pod's IP;
 * ``extra_args`` that set a multi-node flag kctl renders (``--nnodes`` and kin);
 * a profile name that cannot be a label value, a namespace that is not a DNS label, a
   Kubernetes version older than the oldest whose schemas kctl's tests check;
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from kctl.errors import InvalidInput
 from kctl.fleet.spec import FleetSpec
 from kctl.k8s import names
-from kctl.launch import launcher, server_args
+from kctl.launch import launcher, rebind, server_args
 from kctl.profile.model import Profile
 from kctl.profile.release import profile_release
 from kctl.sglang.argv import check_argv
@@ -40,6 +41,10 @@ MIN_VERSION = (1, 25)
 #: SGLang's multi-node flags (by dest) that kctl renders for a multi-node replica
 MULTI_NODE_DESTS = ("nnodes", "node_rank", "dist_init_addr")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _loopback(host: str) -> bool:
+    return host in _LOOPBACK or host.startswith("127.")
 
 
 class NotExpressible(InvalidInput):
@@ -191,10 +196,16 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
             f"{src}: runtime.kind: {profile.runtime.kind!r} runs SGLang as a host process; "
             "Kubernetes runs containers; fix: render a profile with runtime.kind: docker"
         )
-    if profile.server.host in _LOOPBACK:
+    if fleet.bind is None and _loopback(profile.server.host):
         problems.append(
             f"{src}: server.host: {profile.server.host!r} is reachable only inside the pod; "
-            "the kubelet's probes and the Service connect to the pod's IP; fix: server.host: 0.0.0.0"
+            "the kubelet's probes and the Service connect to the pod's IP; fix: bind: 0.0.0.0 "
+            f"in {fleet.source or 'the fleet file'} (the NetworkPolicy limits who reaches it)"
+        )
+    elif fleet.bind is not None and _loopback(fleet.bind):
+        problems.append(
+            f"{fleet.source}: bind: {fleet.bind!r} is reachable only inside the pod; the "
+            "kubelet's probes and the Service connect to the pod's IP; fix: bind: 0.0.0.0"
         )
     if why := names.label_value(profile.name):
         problems.append(
@@ -214,7 +225,7 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
     if isinstance(gpus, str):
         problems.append(f"{src} on {fleet.source}: {gpus}")
     rel = profile_release(profile)
-    args = list(server_args(profile.server, rel))
+    args = list(rebind(server_args(profile.server, rel), fleet.bind))
     own = len(args) - len(profile.server.extra_args)
     probe = [*args[:own], *multi_node_args(rel, fleet, rank="1"), *args[own:]]
     problems += (

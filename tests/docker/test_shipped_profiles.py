@@ -22,7 +22,7 @@ SGLANG_ARGS = [
     "sglang", "serve",
     "--model-path", "/models/Kimi-K2.6",
     "--served-model-name", "kimi-k2.6",
-    "--host", "0.0.0.0",
+    "--host", "127.0.0.1",
     "--port", "30000",
     "--tp-size", "8",
     "--attention-backend", "triton",

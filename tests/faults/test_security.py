@@ -271,3 +271,35 @@ def test_a_fleet_refuses_secrets_it_cannot_pass_yet(case: Case) -> None:
     r = case.run("deploy", case.write("fleet-cand.yaml", body), "--fleet", str(EXAMPLE))
     assert r.code == 2, str(r)
     assert "a Swarm fleet does not pass secrets" in r.err
+
+
+def test_shipped_profiles_bind_loopback_and_an_open_fleet_says_so(tmp_path: Path) -> None:
+    from kctl.controller.context import Context
+    from kctl.fleet.loader import load_fleet
+    from kctl.fleet.preview import plan_fleet
+    from kctl.profile.loader import load_profile
+    from tests.k8s.conftest import PROFILES, REPO, TRITON
+
+    assert {p.name: load_profile(p).server.host for p in PROFILES} == {
+        p.name: "127.0.0.1" for p in PROFILES
+    }
+    fleet = REPO / "fleets" / "example.yaml"
+    assert load_fleet(fleet).bind == "0.0.0.0"  # on purpose, in its own file
+
+    def warnings(profile: Path, fleet_file: Path) -> list[str]:
+        ctx = Context(state_dir=tmp_path / "state")
+        return list(plan_fleet(ctx, str(profile), str(fleet_file))["warnings"])
+
+    open_ = [w for w in warnings(TRITON, fleet) if "bind: '0.0.0.0'" in w]
+    assert len(open_) == 1 and "sets no server.api_key" in open_[0], open_
+    assert "fix: set server.api_key" in open_[0] and str(fleet) in open_[0]
+    keyed = tmp_path / "keyed.yaml"
+    keyed.write_text(f"extends: {TRITON}\nserver: {{api_key: {{env: KCTL_SGLANG_API_KEY}}}}\n")
+    assert not [w for w in warnings(keyed, fleet) if "every interface" in w]
+    # a fleet file without bind: each replica binds the profile's loopback, no warning
+    closed = tmp_path / "closed.yaml"
+    closed.write_text(
+        "\n".join(x for x in fleet.read_text().splitlines() if not x.startswith("bind:"))
+    )
+    assert load_fleet(closed).bind is None
+    assert not [w for w in warnings(TRITON, closed) if "every interface" in w]

@@ -80,7 +80,11 @@ def test_service_spec_is_the_one_host_launch_on_host_networking(tmp_path: Path) 
     task = spec["TaskTemplate"]
     c = task["ContainerSpec"]
     assert spec["Name"] == "kimi-k26" and spec["Mode"] == {"Replicated": {"Replicas": 4}}
-    assert c["Args"] == list(launch.argv) and c["Image"] == "kctl/candidate:abc"
+    # the launch kctl renders on one host, bound where the fleet file says (bind: 0.0.0.0)
+    at = launch.argv.index("--host") + 1
+    assert launch.argv[at] == "127.0.0.1" and fleet.bind == "0.0.0.0"
+    assert c["Args"] == [*launch.argv[:at], "0.0.0.0", *launch.argv[at + 1 :]]
+    assert c["Image"] == "kctl/candidate:abc"
     assert "KCTL_SLOT={{.Task.Slot}}" in c["Env"] and "KCTL_PORT_BASE=30000" in c["Env"]
     assert (
         c["Healthcheck"]["Test"][:3] == ["CMD", "python3", "-c"]
@@ -102,6 +106,19 @@ def test_service_spec_is_the_one_host_launch_on_host_networking(tmp_path: Path) 
     )
     assert canary["TaskTemplate"]["RestartPolicy"]["Condition"] == "none"
     assert service_spec(fleet, cand, launch, owner="/s") == spec  # pure
+
+
+def test_without_bind_replicas_bind_the_profiles_own_address(tmp_path: Path) -> None:
+    fleet = replace(load_fleet(REPO / "fleets" / "example.yaml"), bind=None)
+    cand, _ = _pair()
+    launch = launch_spec(cand, "d-1", simulate=False, image="kctl/candidate:abc")
+    spec = service_spec(fleet, cand, launch, owner="/s")
+    assert spec["TaskTemplate"]["ContainerSpec"]["Args"] == list(launch.argv)
+
+
+def test_bind_must_be_an_address(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match=r"fleet.yaml: bind: must be an address to bind"):
+        load_fleet(write(tmp_path, "kind: fleet\nname: f\nbind: '0.0.0.0 && id'\n"))
 
 
 def test_placement_by_hostnames_excludes_the_other_nodes() -> None:
@@ -237,7 +254,9 @@ def test_replica_problems_name_each_mismatch() -> None:
     launch = launch_spec(cand, "d-new", simulate=False, image="img")
     fleet = load_fleet(REPO / "fleets" / "example.yaml")
     spec = service_spec(fleet, cand, launch, owner="/s")
-    good = dict(profile_hash=cand.content_hash, args=tuple(launch.argv))
+    good = dict(
+        profile_hash=cand.content_hash, args=tuple(spec["TaskTemplate"]["ContainerSpec"]["Args"])
+    )
     v = view(replica(1, **good), replica(2, "d-old", image="other", **{**good, "args": ("x",)}))
     problems = replica_problems(cand, spec, v)
     assert problems == [

@@ -15,7 +15,7 @@ from kctl.fleet.spec import FleetSpec, K8sSpec, RolloutSpec
 from kctl.k8s import argo
 from kctl.k8s.render import render
 from kctl.k8s.target import NotExpressible, resolve
-from kctl.launch import launch_spec
+from kctl.launch import launch_spec, rebind
 from kctl.profile.loader import load_profile
 from kctl.profile.model import Profile
 from kctl.profile.release import profile_release
@@ -42,7 +42,10 @@ def test_the_container_runs_what_the_docker_runtime_runs() -> None:
     pod = _pods(rendered.objects)["single"]
     c = pod["spec"]["containers"][0]
     launch = launch_spec(profile, "d", simulate=False)
-    assert c["args"] == list(launch.argv)  # Docker's command is Kubernetes' args
+    # Docker's command is Kubernetes' args, bound where the fleet file says (every
+    # interface of the pod) instead of the profile's loopback
+    assert "127.0.0.1" in launch.argv and load_fleet(EXAMPLE).bind == "0.0.0.0"
+    assert c["args"] == list(rebind(launch.argv, "0.0.0.0"))
     assert "command" not in c  # the image's entrypoint runs, as under docker run
     assert c["args"][:2] == ["sglang", "serve"]
     assert {e["name"]: e["value"] for e in c["env"]} == dict(launch.env)
@@ -119,7 +122,7 @@ def test_a_multi_node_replica_is_a_leader_worker_set_with_the_release_flags() ->
     assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     pods = _pods(rendered.objects)
     leader, worker = (pods[r]["spec"]["containers"][0] for r in ("leader", "worker"))
-    base = list(launch_spec(profile, "d", simulate=False).argv)
+    base = list(rebind(launch_spec(profile, "d", simulate=False).argv, "0.0.0.0"))
     multi = ["--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000", "--nnodes", "2", "--node-rank"]
     assert leader["args"] == [*base, *multi, "0"]
     assert worker["args"] == [*base, *multi, "$(LWS_WORKER_INDEX)"]
@@ -225,7 +228,8 @@ def test_a_local_runtime_profile_is_refused(write: Callable[[str, str], str]) ->
     ("yaml_text", "fleet", "expected"),
     [
         ("runtime: {gpus: [0, 1]}", {}, "device plugin picks"),
-        ("server: {host: 127.0.0.1}", {}, "fix: server.host: 0.0.0.0"),
+        ("server: {host: 127.0.0.1}", {"bind": None}, "fix: bind: 0.0.0.0 in"),
+        ("server: {host: 0.0.0.0}", {"bind": "127.0.0.1"}, "bind: '127.0.0.1' is reachable only"),
         ("server: {tp: 8}", {"gpus_per_replica": 4}, "fix: gpus_per_replica: 8"),
         (
             "server: {extra_args: ['--nnodes', '2']}",
@@ -234,7 +238,14 @@ def test_a_local_runtime_profile_is_refused(write: Callable[[str, str], str]) ->
         ),
         ("server: {extra_args: ['--dist-init=x:1']}", {}, "kctl render --k8s sets it"),
     ],
-    ids=["device-indices", "loopback", "too-few-gpus", "extra-nnodes", "extra-abbreviation"],
+    ids=[
+        "device-indices",
+        "loopback",
+        "fleet-loopback",
+        "too-few-gpus",
+        "extra-nnodes",
+        "extra-abbreviation",
+    ],
 )
 def test_profiles_kubernetes_cannot_run_are_refused_with_a_fix(
     write: Callable[[str, str], str], yaml_text: str, fleet: dict[str, Any], expected: str
@@ -268,13 +279,18 @@ def test_every_problem_is_listed_at_once(write: Callable[[str, str], str]) -> No
         "p.yaml", f"extends: {TRITON}\nserver: {{host: 127.0.0.1}}\nruntime: {{gpus: [0]}}\n"
     )
     with pytest.raises(NotExpressible) as info:
-        resolve(load_profile(path), _fleet(version="1.20"))
+        resolve(load_profile(path), dataclasses.replace(_fleet(version="1.20"), bind=None))
     assert len(info.value.problems) == 3
 
 
 def test_k8s_spec_defaults_render() -> None:
     fleet = FleetSpec(
-        kind="fleet", name="f", source="f.yaml", replicas=2, k8s=K8sSpec(cpu="8", memory="64Gi")
+        kind="fleet",
+        name="f",
+        source="f.yaml",
+        bind="0.0.0.0",
+        replicas=2,
+        k8s=K8sSpec(cpu="8", memory="64Gi"),
     )
     objs = render(load_profile(TRITON), fleet).objects
     assert (
@@ -291,9 +307,8 @@ def test_a_newer_release_gets_its_own_spelling(write: Callable[[str, str], str])
     profile = load_profile(path)
     lws = render(profile, load_fleet(MULTINODE)).objects[0]
     args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
-    assert args[: len(launch_spec(profile, "d", simulate=False).argv)] == list(
-        launch_spec(profile, "d", simulate=False).argv
-    )
+    base = rebind(launch_spec(profile, "d", simulate=False).argv, "0.0.0.0")
+    assert args[: len(base)] == list(base)
     assert "--cuda-graph-backend-decode" in args and "--disable-cuda-graph" not in args
     assert lws["metadata"]["annotations"]["kctl.sglang-release"] == "0.5.23"
     rel = profile_release(profile)

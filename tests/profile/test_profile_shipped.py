@@ -167,7 +167,7 @@ def test_reference_documents_every_field_with_its_true_default() -> None:
 KIMI = (
     "--model-path", "/models/Kimi-K2.6",
     "--served-model-name", "kimi-k2.6",
-    "--host", "0.0.0.0",
+    "--host", "127.0.0.1",
     "--port", "30000",
     "--tp-size", "8",
     "--attention-backend", "triton",

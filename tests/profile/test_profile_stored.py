@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 #: the pydantic model): a profile must hash the same, byte for byte, or every stored
 #: baseline measurement and deployment record would stop matching
 PINNED = {
-    "profiles/_kdtree-kernel.yaml": "998da70ef61ea0d925028fad2c8707525b1a3feb7aac4c977b84ff9f5cc4ad27",
-    "profiles/_kimi-k26-base.yaml": "36fe53ed584e20d769bc371366a12e33b4d5e832a3a786d3823b9b38539f6497",
-    "profiles/kdtree-eager.yaml": "16c2cee5278fa23f59b14939d6d7f1341233f64bd4d9110320a638a8f78d7691",
-    "profiles/kdtree-graphs.yaml": "998da70ef61ea0d925028fad2c8707525b1a3feb7aac4c977b84ff9f5cc4ad27",
+    # the shipped profiles bind 127.0.0.1 since loopback became their default: new content
+    # (the test profiles below keep the validator's hashes)
+    "profiles/_kdtree-kernel.yaml": "7df44523f0288f4161ad17f8221cf5ab4f16be2b427613e73e7a0ec617570eae",
+    "profiles/_kimi-k26-base.yaml": "e376d0d1872583d8a7eb176fbb551c3cc0718dfa558fa210489e3030a2065a2b",
+    "profiles/kdtree-eager.yaml": "097414472a09ec0190e8d219a6a471ab9076ac79a0cabc83e213acbe8bf4183f",
+    "profiles/kdtree-graphs.yaml": "7df44523f0288f4161ad17f8221cf5ab4f16be2b427613e73e7a0ec617570eae",
     # reference.yaml sets server.secrets and server.api_key since they exist: new content
-    "profiles/reference.yaml": "d853921a7c62e95861984c0716bd3bd6097972e3b3af77b3eb7f615b327648e3",
-    "profiles/triton-graphs.yaml": "36fe53ed584e20d769bc371366a12e33b4d5e832a3a786d3823b9b38539f6497",
+    "profiles/reference.yaml": "2c063b685b94c2f3ab2609a9fc6f857cd4e4fadfff0b0b8fc8219bd1365eb8ef",
+    "profiles/triton-graphs.yaml": "e376d0d1872583d8a7eb176fbb551c3cc0718dfa558fa210489e3030a2065a2b",
     "tests/profiles/sim-baseline.yaml": "a3a6d8178d064a93406dda078bd033d562d2082ec24ab10632753248b417c0c0",
     "tests/profiles/sim-kdtree.yaml": "8b5196c0de7018e1f688dd88783a9fd61f0568cd168962d7d3246377ebb95cc5",
 }  # fmt: skip
