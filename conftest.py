@@ -10,7 +10,7 @@ test are marked here.
 ``--dist loadgroup``: tests are independent (each has its own tmp dir, state dir and
 ports), except those that share one Docker engine (its Swarm, its images, which some
 tests delete): every ``docker`` test joins one ``xdist_group`` and so runs on one worker,
-in file order. ``-n 0`` runs in this process.
+in file order; so does each module of :data:`ONE_WORKER_MODULES`. ``-n 0`` runs in this process.
 
 **Summaries under xdist.** The fault suite's summary is built here from the test reports
 (workers send them to the controller with their ``user_properties``), and the kernel
@@ -46,6 +46,19 @@ SLOW_MODULES = frozenset(
     }
 )
 
+#: modules whose tests share one module fixture and run in file order (the simulated fleet's
+#: tests start from the state the one before left): each runs whole on one worker
+ONE_WORKER_MODULES = frozenset(
+    {
+        "tests/fleet/test_fleet_simulate.py",
+        "tests/gate/test_gate_sim.py",
+        "tests/report/test_report_browser.py",
+        "tests/faults/test_profiles.py",
+        "tests/sim/test_calibration.py",
+        "kernels/tests/test_sglang_plugin.py",
+    }
+)
+
 #: the kernel compile test's conftest keeps its summary lines in this list
 _COMPILE_LINES = "_COMPILE_SUMMARY"
 
@@ -61,8 +74,11 @@ def _relpath(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tryfirst: xdist's loadgroup reads the xdist_group marks in its own hook
     for item in items:
-        if _relpath(item) in SLOW_MODULES:
+        path = _relpath(item)
+        if path in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        if path in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(path))
         if item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.xdist_group("docker"))
