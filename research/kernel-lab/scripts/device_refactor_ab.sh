@@ -3,16 +3,7 @@
 # Refactored kernel (kernels/) against main's earlier kernel (.base/kernels), one machine:
 # both built, GPU tests of the new tree, the target rows bf16 + fp8 e4m3 of both (alternating
 # order), the SGLang 0.5.23 step bf16 vs fp8 pool on the new tree.
-set -u -o pipefail
-ROOT=$PWD; t0=$(date +%s); FINAL=$OUT; OUT=/tmp/o; mkdir -p $OUT
-lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; tar czf $FINAL/all.tgz -C $OUT . 2>/dev/null; }
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/msgspec*.whl && export PYTHONPATH=/tmp/site
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
-cp -r .whl .base/ && cp -r kernels/.whl .base/kernels/
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import torch; print(torch.__version__)"; } > $OUT/env.log 2>&1
-(cd kernels && MAX_JOBS=8 timeout 300 python3 setup.py build_ext --inplace > $OUT/build_new.log 2>&1; echo "new rc=$?" >> $OUT/build_new.log) &
-(cd .base/kernels && MAX_JOBS=8 timeout 300 python3 setup.py build_ext --inplace > $OUT/build_base.log 2>&1; echo "base rc=$?" >> $OUT/build_base.log) &
-wait; lap build; tail -1 $OUT/build_new.log $OUT/build_base.log
+BUILD_TIMEOUT=300; source "$(dirname "$0")/device_two_trees.sh"
 timeout 210 python3 -m pytest -q -p no:cacheprovider -m gpu -rs -x kernels/tests > $OUT/gpu_tests.log 2>&1; lap "gpu tests rc=$?"; tail -4 $OUT/gpu_tests.log
 S="--reps 20 --no-triton --shape 1,8,4,5700 --shape 1,8,4,23000 --shape 1,8,4,91000 --shape 1,8,8,91000 --shape 1,16,4,91000 --shape 8,8,4,91000 --shape 32,8,4,91000 --shape 1,64,4,91000"
 for pass in 1 2; do for tree in new base; do [ $pass = 2 ] && tree=$([ $tree = new ] && echo base || echo new)

@@ -3,16 +3,7 @@
 # both trees built, the GPU tests of the new tree, then the rows that matter of both trees,
 # bf16 and fp8 e4m3, one pass each (new first for bf16, base first for fp8).
 # Before: `git archive 7030587 kernels | tar -x -C .base`, and .whl/ as in device_refactor_ab.sh.
-set -u -o pipefail
-ROOT=$PWD; t0=$(date +%s); FINAL=$OUT; OUT=/tmp/o; mkdir -p $OUT
-lap() { echo "== $1 at $(( $(date +%s) - t0 )) s"; tar czf $FINAL/all.tgz -C $OUT . 2>/dev/null; }
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/msgspec*.whl && export PYTHONPATH=/tmp/site
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0
-cp -r .whl .base/ && cp -r kernels/.whl .base/kernels/
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import torch; print(torch.__version__)"; } > $OUT/env.log 2>&1
-(cd kernels && MAX_JOBS=8 timeout 200 python3 setup.py build_ext --inplace > $OUT/build_new.log 2>&1; echo "new rc=$?" >> $OUT/build_new.log) &
-(cd .base/kernels && MAX_JOBS=8 timeout 200 python3 setup.py build_ext --inplace > $OUT/build_base.log 2>&1; echo "base rc=$?" >> $OUT/build_base.log) &
-wait; lap build; tail -1 $OUT/build_new.log $OUT/build_base.log
+BUILD_TIMEOUT=200; source "$(dirname "$0")/device_two_trees.sh"
 timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu -rs kernels/tests > $OUT/gpu_tests.log 2>&1; lap "gpu tests rc=$?"; tail -4 $OUT/gpu_tests.log
 S="--reps 20 --no-triton --shape 1,8,4,5700 --shape 1,8,4,91000 --shape 8,8,4,91000 --shape 32,8,4,91000 --shape 1,64,4,91000"
 for run in "new bf16" "base bf16" "base fp8_e4m3" "new fp8_e4m3"; do set -- $run; tree=$1; kv=$2
