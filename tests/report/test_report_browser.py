@@ -88,12 +88,20 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     data = yaml.safe_load(base.read_text())
     data["server"]["port"] = _free_port()
     base.write_text(yaml.safe_dump(data, sort_keys=False))
-    # kdtree-graphs wins by about 5% at 5.7k; on a loaded test machine the simulator's
-    # timing noise can make that INCONCLUSIVE, so this copy asks less to stay promoted
-    graphs = profiles / "kdtree-graphs.yaml"
-    data = yaml.safe_load(graphs.read_text())
-    data["gate"] = {"policy": {"min_ratio": 0.9}}
-    graphs.write_text(yaml.safe_dump(data, sort_keys=False))
+    # These tests are about the report, not the gate's statistics. On a loaded 2-core
+    # machine the simulator's rates move by up to about 12% (its timings are wall-clock), so
+    # a ratio interval near a threshold can come out INCONCLUSIVE. Each copy below keeps its
+    # outcome out of reach of that noise: kdtree-graphs (about 1.05 at 5.7k) asks only 0.75,
+    # and kdtree-eager (about 0.93 at 5.7k) must reach 1.15 there, so it fails at 5.7k and
+    # passes at 23k and 91k (about 2x) as in the README.
+    for name, policy in (
+        ("kdtree-graphs.yaml", {"min_ratio": 0.75}),
+        ("kdtree-eager.yaml", {"min_ratio_per_context": {5700: 1.15}}),
+    ):
+        path = profiles / name
+        data = yaml.safe_load(path.read_text())
+        data["gate"] = {"policy": policy}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
     for name, fault, deadline in (
         ("crash", "crash_while_loading", 900),
         ("never-ready", "never_ready", 60),
@@ -161,7 +169,7 @@ def test_readme_scenario_shows_the_crossover_and_the_verdict(
     assert page.get_attribute("body", "data-charts") == "rendered"
     verdict = page.inner_text("#verdict")
     assert verdict.startswith("FAIL: kdtree-eager was rejected")
-    assert "5700: ratio 0." in verdict
+    assert "5700: ratio " in verdict and "23000" not in verdict and "91000" not in verdict
     for layer in ("rate_crossover", "ratio_crossover"):
         (label,) = seen.texts(layer)
         found = re.fullmatch(r"crossover ≈ ([\d,]+) tokens", label)
