@@ -232,6 +232,9 @@ def _history_notes(row: dict[str, Any]) -> str:
         notes.append(kind_note.format(parent=row.get("parent_id") or "?"))
     elif row.get("status") in _STATUS_NOTES:
         notes.append(_STATUS_NOTES[row["status"]])
+    overrides = row.get("overrides") or []
+    if overrides:
+        notes.append(" ".join(f"--set {o}" for o in overrides))
     reason = " ".join(str(row.get("reason") or "").split())
     if reason:
         cut = len(reason) > _NOTE_REASON_CHARS

@@ -115,3 +115,12 @@ def test_status_says_whether_the_lock_is_held_or_its_holder_died() -> None:
         "lock: free; kctl pid 42 died holding it (`kctl deploy x.yaml` since t0), "
         "so that run did not finish"
     ) in text.splitlines()
+
+
+def test_history_names_the_overrides_a_record_was_deployed_with() -> None:
+    row = {**HISTORY[1], "overrides": ["gate.repeats=5", "server.port=30001"]}
+    notes = history_text([row]).splitlines()[2].split(maxsplit=7)[7]
+    assert notes.startswith(
+        "candidate rejected, baseline restored; --set gate.repeats=5 --set server.port=30001; "
+    )
+    assert "--set" not in history_text([HISTORY[1]])
