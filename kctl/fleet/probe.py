@@ -1,7 +1,7 @@
 """Availability of a fleet's endpoint while it changes: a client that sends a small
 generation every ``interval_s`` to the replicas' fixed ports in turn, as a client-side
 load balancer with failover does (on a refused or failed request it tries the next
-replica). It counts what a user would see: a request is *failed* only when no replica
+replica), with the fleet's API key when it has one. It counts what a user would see: a request is *failed* only when no replica
 answered it; ``first_try_errors`` counts the attempts that needed a failover.
 
 Used by the fleet tests (the endpoint must serve throughout a rollout and an abort) and by
@@ -42,7 +42,12 @@ class Prober:
     """``with Prober(endpoints) as p: ...`` then ``p.result``."""
 
     def __init__(
-        self, endpoints: list[tuple[str, int]], *, interval_s: float = 0.05, timeout_s: float = 5.0
+        self,
+        endpoints: list[tuple[str, int]],
+        *,
+        interval_s: float = 0.05,
+        timeout_s: float = 5.0,
+        api_key: str | None = None,
     ) -> None:
         self.endpoints = list(endpoints)
         self.interval_s = interval_s
@@ -52,6 +57,8 @@ class Prober:
         self._thread = threading.Thread(target=self._run, name="kctl-availability", daemon=True)
         self._next = 0
         self._session = requests.Session()
+        if api_key is not None:  # a keyed fleet: as a client of it would
+            self._session.headers["Authorization"] = f"Bearer {api_key}"
 
     def __enter__(self) -> Prober:
         self._thread.start()

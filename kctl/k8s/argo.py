@@ -14,6 +14,8 @@
   that runs a pod of the candidate profile (required pod affinity on its hash label, and
   the serving pods' node selector), where the image is already pulled: never a 15-30 GB
   pull inside the Job's deadline; as nobody, Guaranteed (``SMOKE_CPU``, ``SMOKE_MEMORY``).
+  With ``server.api_key`` its requests carry the key, read from the key's Secret through a
+  ``secretKeyRef`` (:mod:`kctl.k8s.apikey`).
   Its pods carry their own name label, so neither the fleet's Service, its router, its
   disruption budget nor its network policy takes them for serving pods. kctl's gate (decode
   throughput per context against a live incumbent, the greedy-output comparison) is not in
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kctl.k8s import apikey
 from kctl.k8s.pod import (
     fingerprint_annotations,
     guaranteed,
@@ -42,18 +45,25 @@ API = "argoproj.io/v1alpha1"
 SMOKE_CPU = "1"
 SMOKE_MEMORY = "1Gi"
 #: the smoke check, run with python3 in the serving image (SGLang needs it, so it is
-#: there): /health_generate, then greedy generations that must return text
-SMOKE = """\
-import json, sys, urllib.request
+#: there): /health_generate, then greedy generations that must return text, sent with
+#: the API key (``Authorization: Bearer``) when the profile sets one (:mod:`kctl.k8s.apikey`)
+SMOKE = (
+    apikey.READ_KEY
+    + """\
+import sys, urllib.request
 url, count = sys.argv[1], int(sys.argv[2])
 urllib.request.urlopen(url + "/health_generate", timeout=60).read()
 body = json.dumps({"text": "The capital of France is", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}).encode()
+headers = {"Content-Type": "application/json"}
+if api_key is not None:
+    headers["Authorization"] = "Bearer " + api_key
 for _ in range(count):
-    req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(url + "/generate", body, headers)
     out = json.load(urllib.request.urlopen(req, timeout=120))
     assert out.get("text"), out
 print("canary answered", count, "generations")
 """
+)
 
 
 def steps(target: Target) -> list[dict[str, Any]]:
@@ -136,6 +146,8 @@ def analysis_template(target: Target) -> dict[str, Any]:
             }
         ],
     }
+    if key_env := apikey.env(target):  # the API key's Secret: named, never its value
+        pod_spec["containers"][0]["env"] = key_env
     if pinned := node_selector(target):
         pod_spec["nodeSelector"] = pinned
     job_pod = {

@@ -6,6 +6,8 @@ objects. Pure functions.
   watches the serving pods through the API server and adds a pod as a worker when it
   is ready, removes it when it goes (the flags of sglang-router 0.3.x);
 * ``Service`` ``<fleet>-router``: what clients send requests to;
+* with ``server.api_key``, the router's ``--api-key`` (the key it sends the workers), read
+  from the key's Secret inside the pod (:mod:`kctl.k8s.apikey`), never in the objects;
 * ``ServiceAccount``, ``Role`` and ``RoleBinding`` ``<fleet>-router``: ``get``, ``list``
   and ``watch`` on pods in the fleet's namespace, nothing else (what the discovery needs);
 * a ``PodDisruptionBudget`` when there is more than one router replica.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kctl.k8s import apikey
 from kctl.k8s.pod import PORT_NAME, guaranteed, least_privilege, near, node_selector, selector
 from kctl.k8s.target import Target, seconds
 from kctl.k8s.workload import LWS_WORKER_INDEX_LABEL, metadata
@@ -72,6 +75,16 @@ def args(target: Target) -> list[str]:
     ]  # fmt: skip
 
 
+def command(target: Target) -> list[str]:
+    """``python3 -m sglang_router.launch_router``; with ``server.api_key``, a launch that
+    reads the key from its Secret (the ``env`` :func:`kctl.k8s.apikey.env` renders) and
+    adds ``--api-key`` in-process, so the router authenticates to the workers with it and
+    the key is on no command line (:data:`kctl.k8s.apikey.ROUTER_LAUNCH`)."""
+    if target.profile.server.api_key is None:
+        return ["python3", "-m", "sglang_router.launch_router"]
+    return ["python3", "-c", apikey.ROUTER_LAUNCH]
+
+
 def _probe(path: str, period: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": PORT_NAME, "scheme": "HTTP"},
@@ -91,7 +104,7 @@ def deployment(target: Target) -> dict[str, Any]:
         "name": "router",
         "image": image(target),
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "sglang_router.launch_router"],
+        "command": command(target),
         "args": args(target),
         "ports": [
             {"name": PORT_NAME, "containerPort": r.port, "protocol": "TCP"},
@@ -99,6 +112,7 @@ def deployment(target: Target) -> dict[str, Any]:
         ],
         "resources": guaranteed(r.cpu, r.memory),
         "securityContext": least_privilege(non_root=True),
+        **({"env": key_env} if (key_env := apikey.env(target)) else {}),
         "readinessProbe": _probe(READINESS, 5),
         "livenessProbe": _probe(LIVENESS, 10),
     }
