@@ -1,27 +1,30 @@
 """The fleet's gates: the canary against a live incumbent replica measured at the same
-time with the same workload (judged by the gate's own policy and correctness check), and
-the smoke gate of each replica a wave moved. The only I/O is the gate's own requests."""
+time with the same workload (judged by the gate's own policy and correctness check; the
+correctness probes first, so a canary that answers wrongly is rejected before any
+throughput request), and the smoke gate of each replica a wave moved. The only I/O is
+the gate's own requests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from kctl.errors import GateError, GateRejected
+from kctl.errors import GateRejected
 from kctl.gate import (
     Endpoint,
     GateProgress,
     Measurement,
     Verdict,
     check_correctness,
-    greedy_ids,
     judge,
     measure,
     plan_workload,
 )
+from kctl.gate.probes import ask_probe, ask_probes
 from kctl.gate.runner import EXTRA_REPEATS_PER_ROUND, _next_index, _Sender
+from kctl.gate.verdict import rejected_on_probes
 from kctl.gate.workload import GenRequest, Workload
 from kctl.profile.model import Profile
 
@@ -51,9 +54,12 @@ def gate_canary(
     clock: Callable[[], float],
     progress: Callable[[GateProgress], None] | None = None,
 ) -> CanaryResult:
-    """Send the candidate's gate workload to the canary and to the incumbent at once (two
-    threads, the same requests in the same order), then judge the canary against the
-    incumbent. Both share the fleet's live traffic, so both see the same conditions."""
+    """Ask both the correctness probes at once and compare the canary's greedy answers
+    with the incumbent's: a canary that answers wrongly fails there, before any
+    throughput request is sent to either. Otherwise send the candidate's gate workload
+    to the canary and to the incumbent at once (two threads, the same requests in the
+    same order), then judge the canary against the incumbent. Both share the fleet's
+    live traffic, so both see the same conditions."""
     from kctl.gate.runner import server_vocab_size
     from kctl.gate.workload import fit_vocab
 
@@ -61,14 +67,20 @@ def gate_canary(
     workload = fit_vocab(workload, server_vocab_size(canary, workload.request_timeout_s))
     policy = candidate.gate.policy
     with ThreadPoolExecutor(max_workers=1) as pool:
+        theirs, mine = _probe_both(pool, workload, canary, incumbent, fingerprint, clock, progress)
+        corr = check_correctness(theirs, mine, max_mismatched=workload.max_mismatched_prompts)
+        if not corr.passed:
+            wrong = rejected_on_probes(_buckets(workload), policy, corr, mine.timings)
+            return CanaryResult(theirs, mine, wrong)
         live = pool.submit(
-            measure, incumbent, workload, fingerprint=fingerprint, label="incumbent", clock=clock
-        )
-        mine = measure(
-            canary, workload, fingerprint=fingerprint, label="canary", clock=clock,
-            progress=progress,
+            measure, incumbent, workload, fingerprint=fingerprint, label="incumbent",
+            clock=clock, asked=theirs.probes,
         )  # fmt: skip
-        theirs = live.result()
+        mine = _after_probes(mine, measure(
+            canary, workload, fingerprint=fingerprint, label="canary", clock=clock,
+            progress=progress, asked=mine.probes,
+        ))  # fmt: skip
+        theirs = _after_probes(theirs, live.result())
 
         def decide() -> Verdict:
             corr = check_correctness(theirs, mine, max_mismatched=workload.max_mismatched_prompts)
@@ -91,6 +103,52 @@ def gate_canary(
             theirs = theirs.with_samples(tuple(live_extra.result()))
             verdict = decide()
     return CanaryResult(theirs, mine, verdict)
+
+
+def _probe_both(
+    pool: ThreadPoolExecutor,
+    workload: Workload,
+    canary: Endpoint,
+    incumbent: Endpoint,
+    fingerprint: str,
+    clock: Callable[[], float],
+    progress: Callable[[GateProgress], None] | None,
+) -> tuple[Measurement, Measurement]:
+    """The probes asked of the incumbent and of the canary at once: each side's answers
+    (and the time they took) as a measurement with no throughput sample yet."""
+
+    def ask(ep: Endpoint, label: str, send: _Sender | None) -> Measurement:
+        t = clock()
+        done = None if send is None else _probe_progress(send)
+        answers = ask_probes(ep, workload.probes, workload.request_timeout_s, done=done)
+        timings = (("probes", clock() - t),) if workload.probes else ()
+        return Measurement(fingerprint=fingerprint, probes=answers, timings=timings, label=label)
+
+    timeout = workload.request_timeout_s
+    theirs = pool.submit(ask, incumbent, "incumbent", None)
+    mine = ask(canary, "canary", _Sender(canary, timeout, progress, clock))
+    return theirs.result(), mine
+
+
+def _probe_progress(send: _Sender) -> Callable[[int, int], None]:
+    def done(n: int, total: int) -> None:
+        send._report("probe", None, n, total, None)
+
+    return done
+
+
+def _after_probes(probed: Measurement, measured: Measurement) -> Measurement:
+    """``measured`` (its throughput, the probes given) with the probes' time first and
+    in its total, as :func:`~kctl.gate.runner.measure` times its own probes."""
+    asked = sum(s for _, s in probed.timings)
+    timings = [(k, s + asked if k == "total" else s) for k, s in measured.timings]
+    return replace(measured, timings=probed.timings + tuple(timings))
+
+
+def _buckets(workload: Workload) -> list[tuple[int, int]]:
+    """The (context, concurrency) buckets the workload measures, in the judge's order."""
+    conc = sorted({(r.context, r.concurrency) for r in workload.concurrent})
+    return [(ctx, 1) for ctx in workload.contexts] + conc
 
 
 def _extra_batch(
@@ -135,25 +193,14 @@ def smoke(
     workload = plan_workload(candidate.gate)
     # the canary's prompts were fitted to the vocabulary the server reports: so are these
     workload = fit_vocab(workload, server_vocab_size(replica, workload.request_timeout_s))
-    probes = workload.probes[:count]
-    for probe in probes:
-        try:
-            ids = tuple(
-                greedy_ids(
-                    replica.host,
-                    replica.port,
-                    probe.input_ids(),
-                    probe.tokens,
-                    timeout_s=workload.request_timeout_s,
-                    api_key=replica.api_key,
-                )  # fmt: skip
-            )
-        except GateError as exc:
+    for probe in workload.probes[:count]:
+        answer = ask_probe(replica, probe, workload.request_timeout_s)
+        if answer.error is not None:
             raise GateRejected(
-                "FAIL", f"smoke gate: {label} did not answer: {exc.message}", {}, ""
-            ) from exc
+                "FAIL", f"smoke gate: {label} did not answer: {answer.error}", {}, ""
+            )
         want = expected.get(probe.index)
-        if want is not None and ids != want:
+        if want is not None and answer.output_ids != want:
             raise GateRejected(
                 "FAIL",
                 f"smoke gate: {label} answered prompt {probe.index} differently from the canary",

@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kctl.errors import GateError, ServerError
-from kctl.gate.client import Clock, Endpoint, StreamResult, greedy_ids, stream_generate
+from kctl.gate.client import Clock, Endpoint, StreamResult, stream_generate
 from kctl.gate.correctness import CorrectnessResult
 from kctl.gate.measurement import Measurement, ProbeOutput
+from kctl.gate.probes import ask_probes
 from kctl.gate.stats import Sample, summarize
 from kctl.gate.verdict import Verdict, check_correctness, judge
 from kctl.gate.workload import GenRequest, Workload, fit_vocab
@@ -191,28 +192,6 @@ StopFn = Callable[[tuple[Sample, ...]], bool]
 ProbesFn = Callable[[tuple[ProbeOutput, ...]], bool]
 
 
-def _probe(endpoint: Endpoint, workload: Workload, send: _Sender) -> list[ProbeOutput]:
-    """The correctness probes: each one's greedy output, or its error."""
-    probes: list[ProbeOutput] = []
-    for n, probe in enumerate(workload.probes):
-        send.alive()
-        try:
-            ids = greedy_ids(
-                endpoint.host,
-                endpoint.port,
-                probe.input_ids(),
-                probe.tokens,
-                timeout_s=workload.request_timeout_s,
-                api_key=endpoint.api_key,
-            )
-            probes.append(ProbeOutput(probe.index, tuple(ids)))
-        except GateError as exc:
-            send.alive()
-            probes.append(ProbeOutput(probe.index, error=exc.message))
-        send._report("probe", None, n + 1, len(workload.probes), None)
-    return probes
-
-
 def measure(
     endpoint: Endpoint,
     workload: Workload,
@@ -224,23 +203,32 @@ def measure(
     stop: StopFn | None = None,
     alive: AliveFn = _no_check,
     probes_pass: ProbesFn | None = None,
+    asked: tuple[ProbeOutput, ...] | None = None,
 ) -> Measurement:
     """Run ``workload`` against the server at ``endpoint``: first the correctness probes
     (short, and the cheapest question), then per context its warm-ups (recorded, not
     counted) and its measured requests, then the concurrency phase. Failed requests are
     recorded as failed samples. ``probes_pass`` may end it after the probes (see
     :data:`ProbesFn`) and ``stop`` after any context (see :data:`StopFn`); ``alive``
-    raises when the server has gone (see :data:`AliveFn`), which ends it at once. Prompt
-    ids stay below the vocabulary size the server reports
+    raises when the server has gone (see :data:`AliveFn`), which ends it at once.
+    ``asked``: the probes' outputs when the caller asked them already (the fleet canary
+    asks both sides before either's throughput); they are not asked again. Prompt ids
+    stay below the vocabulary size the server reports
     (:func:`~kctl.gate.workload.fit_vocab`)."""
     workload = fit_vocab(workload, server_vocab_size(endpoint, workload.request_timeout_s))
     send = _Sender(endpoint, workload.request_timeout_s, progress, clock, alive)
     samples: list[Sample] = []
     timings: list[tuple[str, float]] = []
     t = clock()
-    probes = _probe(endpoint, workload, send)
-    if workload.probes:
-        timings.append(("probes", clock() - t))
+    if asked is None:
+        probes = ask_probes(
+            endpoint, workload.probes, workload.request_timeout_s, alive=send.alive,
+            done=lambda n, total: send._report("probe", None, n, total, None),
+        )  # fmt: skip
+        if workload.probes:
+            timings.append(("probes", clock() - t))
+    else:
+        probes = asked
     if probes_pass is None or probes_pass(tuple(probes)):
         timings += _throughput(workload, send, samples, stop, clock)
     timings.append(("total", clock() - send.t0))

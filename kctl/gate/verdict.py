@@ -40,6 +40,7 @@ its FAIL names the probes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -73,6 +74,7 @@ __all__ = [
     "check_correctness",
     "crossover",
     "judge",
+    "rejected_on_probes",
 ]
 
 
@@ -85,7 +87,8 @@ class Row:
 
     context: int
     concurrency: int
-    baseline_tps: float
+    #: None only where neither side was measured (a fleet canary its probes rejected)
+    baseline_tps: float | None
     candidate_tps: float | None
     ratio: float | None
     ratio_lo: float | None
@@ -224,12 +227,7 @@ def judge(
     metrics = metric_rows(baseline, candidate)
     checks = check_metrics(metrics, policy)
     verdict, reason = _decide(rows, objective, correctness, unclear, checks)
-    not_measured = [r.label for r in rows if r.result == "SKIPPED"]
-    if not_measured:
-        lead = "stopped there; " if verdict == "FAIL" else ""
-        if probes_failed:
-            lead = "rejected on its probes, before any throughput request; "
-        reason += f" ({lead}not measured: {', '.join(not_measured)})"
+    reason += _not_measured(rows, verdict == "FAIL", probes_failed)
     return Verdict(
         verdict=verdict,
         reason=reason,
@@ -242,6 +240,51 @@ def judge(
         metrics=metrics,
         checks=checks,
     )
+
+
+def _not_measured(rows: list[Row], failed: bool, probes_failed: bool) -> str:
+    """The reason's tail that names the SKIPPED rows and why they were skipped."""
+    not_measured = [r.label for r in rows if r.result == "SKIPPED"]
+    if not not_measured:
+        return ""
+    lead = "stopped there; " if failed else ""
+    if probes_failed:
+        lead = "rejected on its probes, before any throughput request; "
+    return f" ({lead}not measured: {', '.join(not_measured)})"
+
+
+def rejected_on_probes(
+    buckets: Sequence[tuple[int, int]],
+    policy: PolicySpec,
+    correctness: CorrectnessResult,
+    timings: tuple[tuple[str, float], ...] = (),
+) -> Verdict:
+    """The FAIL of a candidate whose probes differ from a live baseline's when neither
+    side's throughput was measured (the fleet canary asks both sides' probes first):
+    every (context, concurrency) bucket SKIPPED, no rate on either side. As :func:`judge`
+    words it, so both gates read alike."""
+    assert not correctness.passed, "only a failed correctness check rejects on the probes"
+    why = "not measured: the candidate failed its correctness probes"
+    rows = [
+        Row(ctx, conc, None, None, None, None, None, _threshold(policy, ctx), "SKIPPED", 0, 0, why)
+        for ctx, conc in buckets
+    ]
+    verdict, reason = _overall(rows, None, correctness, ())
+    return Verdict(
+        verdict=verdict,
+        reason=reason + _not_measured(rows, True, True),
+        rows=tuple(rows),
+        crossover=Crossover(None, "none"),
+        correctness=correctness,
+        timings=timings,
+    )
+
+
+def _threshold(policy: PolicySpec, context: int) -> float | None:
+    """The floor that binds a row at ``context`` (None where none binds)."""
+    if policy.objective is not None:
+        return dict(policy.min_ratio_per_context).get(context)
+    return policy.threshold(context)
 
 
 def _pair(
@@ -273,10 +316,7 @@ def _row(
     """One bucket's row: SKIPPED (``why``) when deliberately not measured, FAIL when
     nothing (or too little) completed, else classified by its interval."""
     assert base.median is not None, "checked by _pair"
-    if policy.objective is not None:
-        threshold = dict(policy.min_ratio_per_context).get(base.context)
-    else:
-        threshold = policy.threshold(base.context)
+    threshold = _threshold(policy, base.context)
     n_done = cand.n_completed if cand else 0
     n_planned = (cand.n_completed + cand.n_failed) if cand else 0
     if skipped and cand is None:

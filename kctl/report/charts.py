@@ -150,7 +150,7 @@ def rate_chart(data: ReportData) -> dict[str, Any] | None:
                 "what": "threshold x baseline",
             }
             for r in data.gate.verdict.rows
-            if r.concurrency == 1 and r.threshold is not None
+            if r.concurrency == 1 and r.threshold is not None and r.baseline_tps is not None
         ]
         if need:
             layers.append(

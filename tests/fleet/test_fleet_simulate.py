@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from kctl.fleet.probe import Prober
+from kctl.gate.workload import PROBE_PROMPT_TOKENS
 from tests.fleet.harness import Run, Watched, check_served
 from tests.fleet.ports import free_range, get_json
 
@@ -127,6 +128,25 @@ def test_canary_rejected_by_the_gate_leaves_every_replica_on_the_baseline(fleet:
     fleet.assert_all_on("baseline")
     check_served(probe.result, min_sent=11, what="a canary rejected by the gate")
     assert probe.result.failed == 0  # the incumbents never moved
+
+
+def test_a_canary_answering_wrongly_is_rejected_on_its_probes_alone(fleet: Fleet) -> None:
+    fleet.assert_all_on("baseline")
+    logs = fleet.state / "simulate" / "fleets" / fleet.name / "orchestrator"
+    before = set(logs.rglob("*.log"))
+    r = fleet.deploy("candidate", KCTL_SIM_FLEET_FAULT="candidate:canary=wrong_output")
+    assert r.code == 3, r.explain()
+    assert "rejected on its probes, before any throughput request" in r.err, r.err
+    assert "correctness: 2 of 2 probe(s) differ" in r.err and "every replica back on" in r.err
+    fleet.assert_all_on("baseline")
+    # the canary's own log, once it was up: the two probes, not one of the gate's contexts
+    (canary,) = set(logs.rglob("*.log")) - before
+    sent = canary.read_text().partition("The server is fired up and ready to roll!")[2]
+    prefills = re.findall(
+        r"Prefill batch\. #new-seq: 1, #new-token: (\d+), #cached-token: (\d+)", sent
+    )
+    assert [int(n) + int(c) for n, c in prefills] == [PROBE_PROMPT_TOKENS] * 2, sent
+    assert sent.count('"POST /generate HTTP/1.1"') == 2, sent
 
 
 def test_candidate_never_healthy_is_rolled_back(fleet: Fleet) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kctl.fleet.canary import gate_canary
 from kctl.gate import (
     Endpoint,
     GateProgress,
@@ -28,7 +29,7 @@ from kctl.gate import (
 from kctl.gate.runner import server_vocab_size
 from kctl.gate.workload import PROBE_PROMPT_TOKENS
 from kctl.health import READY_LINE, wait_healthy
-from kctl.profile.model import CorrectnessSpec, GateSpec, HealthSpec, PolicySpec
+from kctl.profile.model import CorrectnessSpec, GateSpec, HealthSpec, PolicySpec, Profile
 from kctl.runtime.base import Instance, LaunchSpec
 from kctl.runtime.local import LocalRuntime
 
@@ -216,6 +217,60 @@ def test_a_wrong_answer_is_rejected_before_any_throughput_request(
     assert len(prefills) == 2, sent
     assert all(int(new) + int(cached) == PROBE_PROMPT_TOKENS for new, cached in prefills)
     assert sent.count('"POST /generate HTTP/1.1"') == 2, sent
+
+
+def _sent(port: int, before: str) -> tuple[list[tuple[str, str]], str]:
+    """What the server at ``port`` logged since ``before``: its prefills, and the text."""
+    sent = LOGS[port].read_text()[len(before) :]
+    pattern = r"Prefill batch\. #new-seq: 1, #new-token: (\d+), #cached-token: (\d+)"
+    return re.findall(pattern, sent), sent
+
+
+def test_a_fleet_canary_answering_wrongly_is_rejected_before_any_throughput_request(
+    sim: SimFactory,
+) -> None:
+    incumbent, canary = sim(), sim(KCTL_SIM_FAULT="wrong_output")
+    before = {ep.port: LOGS[ep.port].read_text() for ep in (incumbent, canary)}
+    events: list[GateProgress] = []
+    result = gate_canary(Profile(name="cand", source="cand.yaml", gate=GATE), canary, incumbent,
+                         fingerprint="fp", clock=time.monotonic, progress=events.append)  # fmt: skip
+    v = result.verdict
+    assert v.verdict == "FAIL" and v.reason.startswith("correctness: 2 of 2 probe(s) differ")
+    assert v.reason.endswith("(rejected on its probes, before any throughput request; "
+                             "not measured: 5700, 23000)")  # fmt: skip
+    assert [(r.result, r.baseline_tps, r.candidate_tps) for r in v.rows] == [
+        ("SKIPPED", None, None)
+    ] * 2
+    assert result.canary.samples == () and result.incumbent.samples == ()
+    assert {e.phase for e in events} == {"probe"}
+    assert [k for k, _ in result.canary.timings] == ["probes"]
+    # both servers' own logs: the two probes each, not one request of the gate's contexts
+    for ep in (incumbent, canary):
+        prefills, sent = _sent(ep.port, before[ep.port])
+        assert len(prefills) == 2, sent
+        assert all(int(new) + int(cached) == PROBE_PROMPT_TOKENS for new, cached in prefills)
+        assert sent.count('"POST /generate HTTP/1.1"') == 2, sent
+    # and the table a fleet deploy prints says so, with no rate on either side
+    text = render_table(v)
+    assert "SKIPPED" in text and "correctness: 0 of 2 probes match the baseline" in text
+
+
+def test_a_fleet_canary_asks_the_probes_once_then_measures_both_sides(sim: SimFactory) -> None:
+    incumbent, canary = sim(), sim(KCTL_SIM_SEED="7")
+    before = {ep.port: LOGS[ep.port].read_text() for ep in (incumbent, canary)}
+    gate = dataclasses.replace(GATE, contexts=(5700,), repeats=2, warmup=0)
+    result = gate_canary(Profile(name="cand", source="cand.yaml", gate=gate), canary, incumbent,
+                         fingerprint="fp", clock=time.monotonic)  # fmt: skip
+    assert result.verdict.correctness is not None and result.verdict.correctness.passed
+    for side, ep in ((result.incumbent, incumbent), (result.canary, canary)):
+        assert [p.index for p in side.probes] == [0, 1] and all(p.output_ids for p in side.probes)
+        timings = dict(side.timings)
+        assert list(timings)[:3] == ["probes", "warmup", "measure"], side.timings
+        assert timings["total"] >= timings["probes"] + timings["measure"]
+        assert side.summary(5700) is not None
+        prefills, sent = _sent(ep.port, before[ep.port])
+        probes = [p for p in prefills if int(p[0]) + int(p[1]) == PROBE_PROMPT_TOKENS]
+        assert len(probes) == 2, sent  # asked once, not again by the measurement
 
 
 def test_generation_errors_are_failed_samples(sim: SimFactory, baseline: Measurement) -> None:
