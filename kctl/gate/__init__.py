@@ -6,6 +6,7 @@
 - :mod:`.stats`: samples and per-bucket statistics (pure),
 - :mod:`.measurement`: what a run against one server recorded (JSON round-trip),
 - :mod:`.correctness`: greedy outputs vs the baseline's (pure),
+- :mod:`.probes`: asking a server the correctness probes (every gate asks them so),
 - :mod:`.verdict`: the judge (pure), :mod:`.report`: the table (pure),
 - :mod:`.runner`: :func:`measure` and :func:`run_gate`, the only part that does I/O.
 """
