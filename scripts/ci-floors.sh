@@ -2,8 +2,9 @@
 # CI: kctl with every declared dependency pinned at its floor (pyproject.toml's ">=X"),
 # in a fresh virtual environment that sees no system packages, running the CLI tests:
 # the profile tests (validate/plan/deploy through the real CLI in subprocesses), a
-# simulated deploy end to end, and the report rendered in-process (altair,
-# vl-convert-python). A floor that fails here is a floor that lies.
+# simulated deploy end to end, the report rendered in-process (altair,
+# vl-convert-python), and an ssh:// engine reached through paramiko (the ssh extra).
+# A floor that fails here is a floor that lies.
 #
 #   bash scripts/ci-floors.sh            # a temporary venv, removed afterwards
 #   FLOORS_VENV=/tmp/floors bash scripts/ci-floors.sh   # keep (and reuse) this one
@@ -24,7 +25,7 @@ floors="$(python3 - <<'PY'
 import re, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 # what the CLI tests below import besides kctl's deps; pytest-xdist: addopts runs on workers
-wanted = {"pytest", "pytest-xdist", "jsonschema"}
+wanted = {"pytest", "pytest-xdist", "jsonschema", "paramiko"}
 deps = project["dependencies"] + [
     d for d in project["optional-dependencies"]["test"]
     if re.split(r"[<>=!~ \[]", d, maxsplit=1)[0].lower() in wanted
@@ -47,6 +48,7 @@ echo "== the CLI tests at the floors"
   "tests/integration/test_deploy_flows.py::test_first_deploy_measures_baseline_then_promotes" \
   "tests/integration/test_deploy_flows.py::test_regression_reverts_to_verified_baseline" \
   "tests/integration/test_startup.py" \
-  tests/report/test_report_data.py
+  tests/report/test_report_data.py \
+  tests/fleet/test_engine_ssh.py
 echo "== kctl deploy --help at the floors"
 "$venv/bin/kctl" deploy --help >/dev/null

@@ -139,8 +139,9 @@ def connect_engine(endpoint: str) -> DockerClient:
     )
     try:
         probe_unix_socket(endpoint)  # the SDK would leak the socket of a failed unix connect
-        # ssh:// through the system's ssh client (docker's own needs paramiko, not a
-        # dependency); tcp:// only with TLS: a plain one was refused above, with the fix
+        # ssh:// through docker's SSH transport (the ssh extra; connected above, or
+        # refused with the extra or the SSH fix); tcp:// only with TLS: a plain one was
+        # refused above, with the fix
         client = client or engine_client(endpoint, timeout_s=120, what=what)
         try:
             client.ping()

@@ -27,6 +27,8 @@ def connect(*, timeout_s: float = 120.0) -> DockerClient:
     probe_unix_socket(host)
     if _tcp(host):
         tls_config(host, "DOCKER_HOST")  # plain TCP refused; from_env reads the same TLS
+    if host.startswith("ssh://"):
+        need_ssh(host, "DOCKER_HOST")
     try:
         client = docker.from_env(timeout=max(1, int(timeout_s)))
     except Exception as exc:  # DockerException or a requests error: both mean "no engine"
@@ -81,21 +83,52 @@ def tls_config(endpoint: str, what: str) -> Any:
     )
 
 
+#: how to install docker's SSH transport
+SSH_EXTRA = "pip install 'kctl[ssh]'"
+#: what an ssh:// engine needs of kctl's user and of the host
+SSH_FIX = (
+    "kctl connects with paramiko as its user, as `ssh` would: the host's key must be in "
+    "~/.ssh/known_hosts (`ssh-keyscan -p PORT HOST >> ~/.ssh/known_hosts`; an unknown key "
+    "is refused), the host must accept a key of ~/.ssh/id_*, the ssh agent's or "
+    "~/.ssh/config's IdentityFile, and that user must be allowed to run "
+    "`docker system dial-stdio` there"
+)
+
+
+def need_ssh(endpoint: str, what: str) -> None:
+    """RuntimeUnavailable (exit 5) naming the ``ssh`` extra unless paramiko, docker's SSH
+    transport, can be imported."""
+    try:
+        import paramiko  # noqa: F401
+    except ImportError:
+        raise RuntimeUnavailable(
+            f"{what} {endpoint} is an ssh:// engine, and docker's SSH transport (paramiko) "
+            "is not installed",
+            hint=f"{SSH_EXTRA} (paramiko), or reach the engine over tcp:// with TLS",
+        ) from None
+
+
 def engine_client(endpoint: str, *, timeout_s: float, what: str) -> DockerClient:
     """A client of the engine at ``endpoint`` (not yet pinged): ``unix://`` as is,
-    ``ssh://`` through the system's ssh client, ``tcp://`` only with verified TLS
-    (:func:`tls_config`)."""
+    ``ssh://`` through docker's SSH transport (paramiko, the ``ssh`` extra; it connects
+    here, reading ``~/.ssh/config`` and ``~/.ssh/known_hosts``), ``tcp://`` only with
+    verified TLS (:func:`tls_config`)."""
     import docker
 
     tls = tls_config(endpoint, what) if _tcp(endpoint) else None
     if endpoint.startswith("https://"):
         endpoint = "tcp://" + endpoint[len("https://") :]
-    return docker.DockerClient(
-        base_url=endpoint,
-        timeout=max(1, int(timeout_s)),
-        tls=tls or False,
-        use_ssh_client=endpoint.startswith("ssh://"),
-    )
+    if not endpoint.startswith("ssh://"):
+        return docker.DockerClient(
+            base_url=endpoint, timeout=max(1, int(timeout_s)), tls=tls or False
+        )
+    need_ssh(endpoint, what)
+    try:
+        return docker.DockerClient(base_url=endpoint, timeout=max(1, int(timeout_s)))
+    except Exception as exc:  # paramiko's: unknown host key, refused key, no route
+        raise RuntimeUnavailable(
+            f"{what} {endpoint}: the SSH connection failed: {_short(exc)}", hint=SSH_FIX
+        ) from exc
 
 
 def probe_unix_socket(host: str) -> None:
