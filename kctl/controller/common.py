@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from kctl.backend import fingerprint as backend_fingerprint
 from kctl.errors import UsageError
+from kctl.runtime import kind_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,7 +42,7 @@ def load_pair(path: str, overrides: tuple[str, ...] = ()) -> tuple[Profile, Prof
 
 def image_for(ctx: Context, profile: Profile) -> str | None:
     """Build (or find, content-addressed) the serving image; None on the local runtime."""
-    if ctx.runtime_kind(profile) != "docker":
+    if not kind_of(ctx.runtime_kind(profile)).builds_images:
         return None
     from kctl.image import ensure_image
 

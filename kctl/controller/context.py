@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from kctl.backend import Backend, HostBackend
-from kctl.errors import UsageError
+from kctl.runtime import create
 
 if TYPE_CHECKING:
     from kctl.profile.model import Profile
@@ -135,14 +135,5 @@ class Context:
     def runtime(self, kind: str) -> Runtime:
         """The runtime of that kind, created once per command."""
         if kind not in self._runtimes:
-            if kind == "local":
-                from kctl.runtime.local import LocalRuntime
-
-                self._runtimes[kind] = LocalRuntime(self.state_dir)
-            elif kind == "docker":
-                from kctl.runtime.docker import DockerRuntime
-
-                self._runtimes[kind] = DockerRuntime(self.state_dir)
-            else:
-                raise UsageError(f"unknown runtime kind {kind!r}", hint="use docker or local")
+            self._runtimes[kind] = create(kind, self.state_dir)
         return self._runtimes[kind]

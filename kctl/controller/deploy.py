@@ -130,7 +130,7 @@ def deploy(ctx: Context, profile_path: str, *, force: bool = False) -> DeployRes
                     hint="deploy a baseline that starts on its SGLang release first, or "
                     "`kctl rollback --to ID` to an earlier one that does (`kctl history`)",
                 )
-            _preflight(ctx, runtime, candidate, serving)
+            _preflight(runtime, candidate, serving)
             # every secret a start may need is read now, before anything stops
             for needed in (candidate, baseline, target[1] if target else None):
                 if needed is not None:
@@ -162,7 +162,7 @@ def _record_refusal(
 
 
 def _preflight(
-    ctx: Context, runtime: Runtime, candidate: Profile, serving: tuple[Deployment, Instance] | None
+    runtime: Runtime, candidate: Profile, serving: tuple[Deployment, Instance] | None
 ) -> None:
     port = candidate.server.port
     holder = runtime.port_holder(port)
@@ -172,10 +172,7 @@ def _preflight(
             hint="stop that process, or serve on a free port: add --set server.port=PORT "
             "(it applies to the baseline too), or set server.port in the profiles",
         )
-    if ctx.runtime_kind(candidate) == "docker":
-        from kctl.preflight import docker_preflight
-
-        docker_preflight(candidate, serving=serving)
+    runtime.preflight(candidate, serving[1] if serving is not None else None)
 
 
 class _Deploy:

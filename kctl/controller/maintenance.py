@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kctl.controller import common
 from kctl.errors import UsageError
+from kctl.runtime import kind_of
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -52,7 +53,7 @@ def gc(ctx: Context, retain: int | None, runtime_kind: str = "docker") -> dict[s
 
 def build(ctx: Context, profile_path: str) -> dict[str, Any]:
     profile = common.load(profile_path)
-    if ctx.runtime_kind(profile) != "docker":
+    if not kind_of(ctx.runtime_kind(profile)).builds_images:
         raise UsageError(
             f"{profile.source}: runtime.kind is {profile.runtime.kind!r}"
             + ctx.backend.local_reason()

@@ -16,6 +16,7 @@ from kctl.controller.steps import Measure
 from kctl.errors import RuntimeUnavailable
 from kctl.launch import argv_warnings, release_info
 from kctl.profile.compare import gate_mismatches
+from kctl.runtime import kind_of
 from kctl.secrets import describe, exposure_warnings
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
     from kctl.profile import profile_to_dict
 
     candidate, baseline = common.load_pair(profile_path, ctx.overrides)
-    kind = ctx.runtime_kind(candidate)
+    kind = kind_of(ctx.runtime_kind(candidate))
     spec = common.launch_spec_for(ctx, candidate, "<new>", None)
     workload = plan_workload(candidate.gate)
     seen, stored, rates = Observed(serving=None), None, {}
@@ -51,16 +52,16 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
     preconditions = [
         "lock",
         "reconcile interrupted deploys",
-        "preflight (runtime, port" + (", GPU arch, mounts)" if kind == "docker" else ")"),
+        f"preflight ({', '.join(kind.preflight_checks)})",
     ]
-    if kind == "docker":
+    if kind.builds_images:
         preconditions.append("build images (content-addressed; skipped when unchanged)")
     out: dict[str, Any] = {
         "profile": profile_to_dict(candidate),
         "profile_hash": candidate.content_hash,
         "baseline": baseline.source if baseline else None,
         "baseline_hash": baseline.content_hash if baseline else None,
-        "runtime": kind,
+        "runtime": kind.name,
         **ctx.backend.describe(),
         "sglang": release_info(candidate),
         "warnings": [
@@ -86,7 +87,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "revert": [s.describe() for s in steps.revert],
         "plan": steps.to_dict(),
     }
-    if kind == "docker":
+    if kind.builds_images:
         from kctl.image import plan_image
         from kctl.runtime.docker import plan_run_spec
 

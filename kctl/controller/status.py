@@ -252,13 +252,7 @@ def _owned(ctx: Context, recent: list[Any], report: StatusReport) -> list[Any]:
 
 
 def _running(ctx: Context, kind: str) -> list[Any]:
-    """A runtime's running servers; docker's read from the engine socket without the SDK."""
-    if kind == "docker":
-        from kctl.runtime.docker.lite import running_instances
-
-        light = running_instances(str(ctx.state_dir.resolve()))
-        if light is not None:
-            return light
+    """A runtime's running servers."""
     return ctx.runtime(kind).running()
 
 
@@ -321,13 +315,7 @@ def _profile_or_none(deployment: Any) -> Profile | None:
 
 
 def _state(ctx: Context, inst: Any) -> Any:
-    """The instance's state; for docker read from the engine socket without the SDK."""
-    if inst.runtime == "docker":
-        from kctl.runtime.docker.lite import inspect_state
-
-        light = inspect_state(inst.ref)
-        if light is not None:
-            return light
+    """The instance's state, as its runtime reads it."""
     return ctx.runtime(inst.runtime).state(inst)
 
 

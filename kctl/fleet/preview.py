@@ -14,6 +14,7 @@ from kctl.fleet.plan import Observed, plan_fleet_deploy
 from kctl.fleet.service import Placement, service_spec
 from kctl.launch import argv_warnings, release_info
 from kctl.profile.compare import gate_mismatches
+from kctl.runtime import kind_of
 from kctl.secrets import exposure_warnings
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
             mismatches = gate_mismatches(candidate, incumbent, "the incumbent")
     steps = plan_fleet_deploy(fleet, candidate, baseline, seen)
     # under --simulate the replicas run the simulator locally: no image is built
-    built = ctx.runtime_kind(candidate) == "docker"
+    built = kind_of(ctx.runtime_kind(candidate)).builds_images
     image = str(plan_image(candidate, repo_root=ctx.repo_root)["tag"]) if built else None
     launch = common.launch_spec_for(ctx, candidate, "<new>", image)
     placement = Placement.of(fleet)  # no Swarm asked: a list of nodes is applied at deploy

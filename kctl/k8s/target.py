@@ -32,6 +32,7 @@ from kctl.k8s import names
 from kctl.launch import launcher, rebind, server_args
 from kctl.profile.model import Profile
 from kctl.profile.release import profile_release
+from kctl.runtime import kind_of
 from kctl.sglang.argv import check_argv
 from kctl.sglang.kernel_support import kernel_choices
 from kctl.sglang.releases import Release
@@ -191,7 +192,7 @@ def resolve(profile: Profile, fleet: FleetSpec) -> Target:
     every reason Kubernetes cannot run it."""
     problems: list[str] = []
     src = profile.source
-    if profile.runtime.kind != "docker":
+    if not kind_of(profile.runtime.kind).runs_images:
         problems.append(
             f"{src}: runtime.kind: {profile.runtime.kind!r} runs SGLang as a host process; "
             "Kubernetes runs containers; fix: render a profile with runtime.kind: docker"

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kctl.profile.model import RuntimeSpec, SecretRef
+from kctl.profile.model import Profile, RuntimeSpec, SecretRef
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,11 @@ class Runtime(Protocol):
 
     def port_holder(self, port: int) -> str | None:
         """Describe whatever listens on 127.0.0.1:port, None when the port is free."""
+
+    def preflight(self, profile: Profile, serving: Instance | None) -> None:
+        """What this runtime must check before a deploy of ``profile`` changes anything
+        (``serving``: the instance it replaces), beyond the port every runtime checks:
+        PreflightFailed / RuntimeUnavailable (exit 5) listing every problem."""
 
 
 def port_listening(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kctl.errors import KctlError, RuntimeUnavailable
 from kctl.poll import poll_until
+from kctl.profile.model import Profile
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.logrelay import SCRUB_ENV
 from kctl.secrets import resolve, resolve_env
@@ -312,6 +313,9 @@ class LocalRuntime:
             if inst.port == port:
                 return f"kctl deployment {inst.deployment_id}"
         return f"a process listening on 127.0.0.1:{port}"
+
+    def preflight(self, profile: Profile, serving: Instance | None) -> None:
+        """Nothing beyond the port: a local server needs no engine, image or mounts."""
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ import pytest
 from kctl.errors import PreflightFailed, RuntimeUnavailable
 from kctl.image import ensure_image
 from kctl.launch import launch_spec
-from kctl.preflight import docker_preflight
 from kctl.profile.model import Profile, VolumeSpec
 from kctl.runtime.base import LaunchSpec
+from kctl.runtime.docker.preflight import docker_preflight
 
 from .conftest import load, wait_http_ok
 

@@ -9,9 +9,15 @@ from typing import Any
 import pytest
 
 from kctl.errors import PreflightFailed
-from kctl.preflight import archs_cover, check_archs, check_mounts, check_port, gpu_compute_caps
 from kctl.profile.model import RuntimeSpec, VolumeSpec
 from kctl.runtime.base import Instance
+from kctl.runtime.docker.preflight import (
+    archs_cover,
+    check_archs,
+    check_mounts,
+    check_port,
+    gpu_compute_caps,
+)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kctl.profile", "kctl.lock", "kctl.sim"),  # the profile model and its checks; lock; simulator
     ("kctl.secrets",),
     ("kctl.runtime",),  # where a server runs: the runtime protocol, local, docker
-    ("kctl.launch", "kctl.preflight", "kctl.store", "kctl.health", "kctl.gate"),
+    ("kctl.launch", "kctl.store", "kctl.health", "kctl.gate"),
     ("kctl.image", "kctl.backend"),
     ("kctl.report",),
     ("kctl.controller",),  # the host commands, planner and executor

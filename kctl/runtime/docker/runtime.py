@@ -22,6 +22,7 @@ from kctl.errors import KctlError, PreflightFailed
 from kctl.profile.model import Profile, RuntimeSpec
 from kctl.runtime.base import Instance, InstanceState, LaunchSpec, port_listening
 from kctl.runtime.docker.engine import connect, engine_errors
+from kctl.runtime.docker.preflight import docker_preflight
 from kctl.runtime.docker.spec import (
     LABEL_DEPLOYMENT,
     LABEL_MANAGED,
@@ -193,6 +194,11 @@ class DockerRuntime:
                 name = inst.extra.get("name", inst.ref[:12])
                 return f"kctl container {name} (deployment {inst.deployment_id})"
         return f"a process listening on 127.0.0.1:{port} (not a kctl container)"
+
+    def preflight(self, profile: Profile, serving: Instance | None) -> None:
+        """The engine, the port, the mounts and the image's CUDA archs against the GPUs
+        (:func:`~kctl.runtime.docker.preflight.docker_preflight`)."""
+        docker_preflight(profile, runtime=self, serving=serving)
 
     # -- housekeeping --------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from kctl.profile.model import Profile, RuntimeSpec
 from kctl.runtime.base import Instance
 
 if TYPE_CHECKING:
-    from kctl.runtime.docker import DockerRuntime
+    from kctl.runtime.base import Runtime
 
 #: explicit override of the GPUs' compute capabilities, e.g. "12.0" or "12.0,12.0"
 #: (hosts where nvidia-smi cannot run, or a build host without the serving GPUs)
@@ -153,8 +153,8 @@ def check_port(
 def docker_preflight(
     profile: Profile,
     *,
+    runtime: Runtime,
     serving: tuple[Any, Instance] | Instance | None = None,
-    runtime: DockerRuntime | None = None,
     gpu_caps: Sequence[str] | None = None,
     image_archs: Sequence[str] | None = None,
     run: Runner = subprocess.run,
@@ -167,26 +167,23 @@ def docker_preflight(
     are the archs the image carries (default: the profile's ``image.cuda_archs``, which
     the build compiles for; a simulator image runs no kernel and is not checked).
     """
-    from kctl.runtime.docker import DockerRuntime
-
     where = profile.source or profile.name
-    rt = runtime if runtime is not None else DockerRuntime(runtime=profile.runtime)
     passed: list[PreflightCheck] = []
     problems: list[str] = []
 
-    rt.check_available()  # RuntimeUnavailable: nothing else can be checked without it
+    runtime.check_available()  # RuntimeUnavailable: nothing else can be checked without it
     passed.append(PreflightCheck("docker", "engine reachable"))
 
     instance = serving[1] if isinstance(serving, tuple) else serving
     replacing_running = False
     if instance is not None:
         try:
-            replacing_running = rt.state(instance).running
+            replacing_running = runtime.state(instance).running
         except KctlError:
             replacing_running = False
     port = profile.server.port
     port_problems = check_port(
-        port, rt.port_holder(port), replacing=instance, replacing_running=replacing_running
+        port, runtime.port_holder(port), replacing=instance, replacing_running=replacing_running
     )
     problems += port_problems
     if not port_problems:
