@@ -9,7 +9,8 @@ host, on host networking (bound to the fleet file's ``bind`` address when it nam
 the profile's ``server.host``), behind a small start wrapper that gives replica slot ``i`` its
 own port (``ports.first + i - 1``, from Swarm's ``{{.Task.Slot}}`` template) and passes
 the GPUs Swarm reserved for it (generic resource ``DOCKER_RESOURCE_<kind>``) to
-``CUDA_VISIBLE_DEVICES``. The service's health check is SGLang's ``GET /health``.
+``CUDA_VISIBLE_DEVICES``. The profile's secrets are Docker secrets the wrapper reads
+(:mod:`kctl.fleet.swarmsecrets`). The service's health check is SGLang's ``GET /health``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kctl.fleet.spec import FleetSpec
+from kctl.fleet.swarmsecrets import spec_secrets
 from kctl.launch import rebind
 from kctl.profile.model import Profile
 from kctl.runtime.base import LaunchSpec
@@ -36,8 +38,10 @@ ENV_SLOT = "KCTL_SLOT"
 ENV_PORT_BASE = "KCTL_PORT_BASE"
 ENV_GPU_RESOURCE = "KCTL_GPU_RESOURCE"
 
-#: the replica's start wrapper: its port from its slot, its GPUs from Swarm's reservation;
-#: then it becomes the server (exec), so signals and the exit code are the server's
+#: the replica's start wrapper: its port from its slot, its GPUs from Swarm's reservation,
+#: its secrets from the files Swarm mounts (:mod:`kctl.fleet.swarmsecrets`: each variable
+#: from its file, the API key's file as ``--config``); then it becomes the server (exec),
+#: so signals and the exit code are the server's
 WRAPPER = """\
 import os, sys
 port = int(os.environ["KCTL_PORT_BASE"]) + int(os.environ["KCTL_SLOT"]) - 1
@@ -46,6 +50,13 @@ argv[argv.index("--port") + 1] = str(port)
 gpus = os.environ.get("DOCKER_RESOURCE_" + os.environ.get("KCTL_GPU_RESOURCE", ""))
 if gpus:
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.removeprefix("GPU-") for g in gpus.split(","))
+secrets = os.environ.pop("KCTL_SECRETS_DIR", "/run/secrets")
+for name in filter(None, os.environ.pop("KCTL_SECRET_VARS", "").split(",")):
+    with open(os.path.join(secrets, "kctl-env-" + name), encoding="utf-8") as f:
+        os.environ[name] = f.read()
+config = os.environ.pop("KCTL_CONFIG_SECRET", "")
+if config:
+    argv += ["--config", os.path.join(secrets, config)]
 os.execvp(argv[0], argv)
 """
 
@@ -166,7 +177,8 @@ def service_spec(
     A launch without an image (``--simulate``) renders ``Image: ""``; Swarm refuses it."""
     tags = labels(fleet, profile, launch.deployment_id, role, owner)
     base = fleet.port(0) if role == "main" else fleet.port(0, spare=True)
-    env = {**dict(launch.env), ENV_SLOT: "{{.Task.Slot}}", ENV_PORT_BASE: str(base)}
+    secrets, secret_env = spec_secrets(profile)
+    env = {**dict(launch.env), **secret_env, ENV_SLOT: "{{.Task.Slot}}", ENV_PORT_BASE: str(base)}
     gpus = gpus_per_replica(fleet, profile)
     if gpus:
         env[ENV_GPU_RESOURCE] = fleet.swarm.gpu_resource
@@ -186,6 +198,8 @@ def service_spec(
             for v in profile.runtime.volumes
         ],
     }
+    if secrets:  # references here: the runner creates the Docker secrets at deploy time
+        container["Secrets"] = secrets
     task: dict[str, Any] = {
         "ContainerSpec": container,
         "RestartPolicy": {"Condition": "any" if role == "main" else "none", "Delay": _ns(1.0)},

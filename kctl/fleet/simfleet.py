@@ -31,6 +31,7 @@ from kctl.fleet.simorch import Orchestrator, Service, Task, current, deployment_
 from kctl.fleet.simorch import swap_to_previous as _swap
 from kctl.fleet.view import Node, Replica, ServiceView
 from kctl.runtime.local import LocalRuntime
+from kctl.statedir import ensure_dir, write_new
 
 
 class SimulatedFleet:
@@ -72,7 +73,7 @@ class SimulatedFleet:
             def persist() -> None:
                 simstate.save(self.dir / "state.json", state)
 
-            orch = Orchestrator(state, self.rt, self.clock(), persist)
+            orch = Orchestrator(state, self.rt, self.clock(), persist, self.dir / "secrets")
             orch.tick()
             out = change(state, orch)
             orch.tick()
@@ -135,6 +136,14 @@ class SimulatedFleet:
         if how in ("create", "update"):
             self.apply(spec)
         return "created" if how == "create" else how
+
+    def put_secret(self, name: str, data: bytes, labels: dict[str, str]) -> str:
+        """Swarm's secret store, simulated: ``orchestrator/secrets/<name>``, 0600 (Swarm
+        keeps its secrets encrypted in its Raft log; here the state dir's modes guard it)."""
+        path = ensure_dir(self.dir / "secrets") / name
+        if not path.exists():  # names are content digests: one that exists holds ``data``
+            write_new(path, data)
+        return name
 
     def remove(self, role: str) -> bool:
         def change(state: dict[str, Any], orch: Orchestrator) -> bool:

@@ -27,16 +27,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from kctl.errors import KctlError
 from kctl.fleet.service import ENV_PORT_BASE, LABEL_DEPLOYMENT
+from kctl.fleet.swarmsecrets import ENV_SECRETS_DIR
 from kctl.launch import rebind
 from kctl.runtime.base import Instance, LaunchSpec
 from kctl.runtime.local import LocalRuntime
+from kctl.statedir import ensure_dir, open_fd, write_new
 
 NS = 1e9
 DEAD = ("failed", "complete", "shutdown", "rejected")
@@ -85,9 +90,28 @@ class Orchestrator:
     intent is recorded before each process is started)."""
 
     def __init__(
-        self, state: dict[str, Any], rt: LocalRuntime, now: float, persist: Callable[[], None]
+        self,
+        state: dict[str, Any],
+        rt: LocalRuntime,
+        now: float,
+        persist: Callable[[], None],
+        secrets_dir: Path | None = None,
     ) -> None:
         self.state, self.rt, self.now, self.persist = state, rt, now, persist
+        #: the simulated secret store (:meth:`kctl.fleet.simfleet.SimulatedFleet.put_secret`)
+        self.secrets_dir = secrets_dir
+
+    def _mount_secrets(self, task_id: str, mounts: list[dict[str, Any]]) -> str:
+        """Swarm's ``/run/secrets`` for one task: each secret the spec names, copied from
+        the store under its file name (0600 in a 0700 directory of the state dir)."""
+        if self.secrets_dir is None:
+            raise KctlError("internal: a spec with secrets and no simulated secret store")
+        here = ensure_dir(self.secrets_dir / "run" / task_id)
+        for mount in mounts:
+            fd = open_fd(self.secrets_dir / mount["SecretName"], os.O_RDONLY)
+            with os.fdopen(fd, "rb") as fh:
+                write_new(here / mount["File"]["Name"], fh.read())
+        return str(here)
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -100,8 +124,11 @@ class Orchestrator:
             env["KCTL_SIM_FAULT"] = ",".join(filter(None, (env.get("KCTL_SIM_FAULT"), fault)))
         port = int(env[ENV_PORT_BASE]) + slot - 1
         self.state["seq"] = self.state.get("seq", 0) + 1
+        task_id = f"{spec['Name']}.{slot}.{uuid.uuid4().hex[:10]}"
+        if mounts := container.get("Secrets"):
+            env[ENV_SECRETS_DIR] = self._mount_secrets(task_id, mounts)
         task: Task = {
-            "id": f"{spec['Name']}.{slot}.{uuid.uuid4().hex[:10]}", "role": role, "slot": slot,
+            "id": task_id, "role": role, "slot": slot,
             "seq": self.state["seq"], "hash": slot_hash(svc, slot), "labels": dict(container["Labels"]),
             "image": container["Image"], "args": list(container["Args"]), "port": port,
             "state": "preparing", "desired": "running", "error": "", "ref": "",

@@ -255,6 +255,13 @@ class SwarmDriver:
         self.apply(spec)
         return "update"
 
+    def put_secret(self, name: str, data: bytes, labels: dict[str, str]) -> str:
+        with engine_errors(f"create secret {name}"):
+            for found in self.client.api.secrets(filters={"name": name}):
+                if found["Spec"]["Name"] == name:  # the filter matches a prefix
+                    return str(found["ID"])
+            return str(self.client.api.create_secret(name, data, labels=labels)["ID"])
+
     def remove(self, role: str) -> bool:
         svc = self._find(role)
         if svc is None:
