@@ -37,8 +37,9 @@ from typing import Any
 
 from kctl.errors import KctlError
 from kctl.fleet.service import ENV_PORT_BASE, LABEL_DEPLOYMENT
-from kctl.fleet.swarmsecrets import ENV_SECRETS_DIR
+from kctl.fleet.swarmsecrets import ENV_CONFIG_SECRET, ENV_FILE_PREFIX, ENV_SECRET_VARS
 from kctl.launch import rebind
+from kctl.profile.model import SecretRef
 from kctl.runtime.base import Instance, LaunchSpec
 from kctl.runtime.local import LocalRuntime
 from kctl.statedir import ensure_dir, open_fd, write_new
@@ -101,17 +102,32 @@ class Orchestrator:
         #: the simulated secret store (:meth:`kctl.fleet.simfleet.SimulatedFleet.put_secret`)
         self.secrets_dir = secrets_dir
 
-    def _mount_secrets(self, task_id: str, mounts: list[dict[str, Any]]) -> str:
+    def _mount_secrets(self, task_id: str, mounts: list[dict[str, Any]]) -> Path:
         """Swarm's ``/run/secrets`` for one task: each secret the spec names, copied from
         the store under its file name (0600 in a 0700 directory of the state dir)."""
         if self.secrets_dir is None:
             raise KctlError("internal: a spec with secrets and no simulated secret store")
         here = ensure_dir(self.secrets_dir / "run" / task_id)
         for mount in mounts:
-            fd = open_fd(self.secrets_dir / mount["SecretName"], os.O_RDONLY)
-            with os.fdopen(fd, "rb") as fh:
-                write_new(here / mount["File"]["Name"], fh.read())
-        return str(here)
+            write_new(here / mount["File"]["Name"], _read(self.secrets_dir / mount["SecretName"]))
+        return here
+
+    def _by_reference(
+        self, env: dict[str, str], here: Path
+    ) -> tuple[tuple[tuple[str, SecretRef], ...], SecretRef | None]:
+        """The task's mounted secrets as references to its files, for the local runtime,
+        in place of the start wrapper's reading them (its variables taken out of ``env``):
+        the runtime sets the variables, writes the key's ``--config`` and takes the values
+        out of the replica's log, as for a server on one host. Swarm's replica log is
+        Docker's and keeps what SGLang writes (its ``server_args`` line, key included)."""
+        names = [n for n in env.pop(ENV_SECRET_VARS, "").split(",") if n]
+        refs = tuple((n, SecretRef(file=str(here / f"{ENV_FILE_PREFIX}{n}"))) for n in names)
+        config = env.pop(ENV_CONFIG_SECRET, "")
+        if not config:
+            return refs, None
+        key = str(json.loads(_read(here / config))["api-key"])
+        write_new(here / "api-key", key.encode())
+        return refs, SecretRef(file=str(here / "api-key"))
 
     # -- tasks ---------------------------------------------------------------------------
 
@@ -125,8 +141,10 @@ class Orchestrator:
         port = int(env[ENV_PORT_BASE]) + slot - 1
         self.state["seq"] = self.state.get("seq", 0) + 1
         task_id = f"{spec['Name']}.{slot}.{uuid.uuid4().hex[:10]}"
+        secrets: tuple[tuple[str, SecretRef], ...] = ()
+        key: SecretRef | None = None
         if mounts := container.get("Secrets"):
-            env[ENV_SECRETS_DIR] = self._mount_secrets(task_id, mounts)
+            secrets, key = self._by_reference(env, self._mount_secrets(task_id, mounts))
         task: Task = {
             "id": task_id, "role": role, "slot": slot,
             "seq": self.state["seq"], "hash": slot_hash(svc, slot), "labels": dict(container["Labels"]),
@@ -146,6 +164,7 @@ class Orchestrator:
             profile_hash=task["labels"].get("kctl.profile-hash", ""),
             argv=(sys.executable, *container["Command"][1:], *rebind(container["Args"], "127.0.0.1")),
             env=tuple(sorted(env.items())), host="127.0.0.1", port=port,
+            secrets=secrets, api_key=key,
         )  # fmt: skip
         try:
             task["ref"] = self.rt.start(launch).ref
@@ -282,6 +301,11 @@ def swap_to_previous(svc: Service) -> None:
     svc["spec"], svc["previous"] = svc["previous"], svc["spec"]
     svc["faults"], svc["previous_faults"] = svc["previous_faults"], svc["faults"]
     svc["version"] += 1
+
+
+def _read(path: Path) -> bytes:
+    with os.fdopen(open_fd(path, os.O_RDONLY), "rb") as fh:
+        return fh.read()
 
 
 def deployment_of(spec: dict[str, Any] | None) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kctl.errors import StoreCorrupt, UsageError
+from kctl.statedir import ensure_dir, open_fd, write_new
 
 SCHEMA = 1
 FAULT_ENV = "KCTL_SIM_FLEET_FAULT"
@@ -91,15 +92,16 @@ def _load(path: Path) -> dict[str, Any]:
 
 def save(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    write_new(tmp, json.dumps(state, indent=1, sort_keys=True).encode())  # 0600, no symlink
     os.replace(tmp, path)
 
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[dict[str, Any]]:
-    """The state, held exclusively; saved on a normal exit of the block."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "lock", "a") as fh:
+    """The state, held exclusively; saved on a normal exit of the block. The directory is
+    0700 and its files 0600, as the rest of the state dir (:mod:`kctl.statedir`)."""
+    ensure_dir(directory)
+    with os.fdopen(open_fd(directory / "lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         state = _load(directory / "state.json")
         yield state

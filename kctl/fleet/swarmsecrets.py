@@ -30,8 +30,10 @@ from typing import Any
 from kctl.profile.model import Profile, SecretRef
 from kctl.secrets import describe, resolve
 
-#: the directory the start wrapper reads the files from (Swarm's mount point); the
-#: simulated orchestrator sets ``KCTL_SECRETS_DIR`` to its own
+#: the directory the start wrapper reads the files from (Swarm's mount point;
+#: ``KCTL_SECRETS_DIR`` names another, as the wrapper's test does). Under ``--simulate``
+#: the simulated orchestrator mounts them per task in its state dir and hands them to the
+#: local runtime by reference instead (:meth:`kctl.fleet.simorch.Orchestrator.start`)
 SECRETS_DIR = "/run/secrets"
 ENV_SECRETS_DIR = "KCTL_SECRETS_DIR"
 #: the server environment variables the wrapper reads from ``kctl-env-<NAME>`` files
