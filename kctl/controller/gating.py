@@ -151,7 +151,10 @@ class GateSteps:
             result = dataclasses.replace(result, verdict=result.verdict.with_timings(*health))
         st = self.state
         st.gate = result.to_dict()
-        self.store.save_gate_result(st.txn_id, st.gate)
+        # the drift check that confirmed (or replaced) the baseline measurement it judged
+        # against is kept with the result: the report shows it
+        kept = st.gate if st.drift is None else {**st.gate, "baseline_check": st.drift.to_dict()}
+        self.store.save_gate_result(st.txn_id, kept)
         st.table = noted(self.ctx.backend, cand, render_table(result.verdict))
         st.verdict, st.reason = result.verdict.verdict, result.verdict.reason
         promote = st.verdict == "PASS" or (

@@ -58,6 +58,14 @@ class DriftRow:
     completed: int
     sent: int
 
+    @property
+    def outcome(self) -> str:
+        """``steady``, ``drifted`` (beyond the tolerance and the noise) or ``incomplete``
+        (a request failed or was never sent)."""
+        if self.ratio is None or self.completed < self.sent:
+            return "incomplete"
+        return "drifted" if _beyond_noise(self) else "steady"
+
 
 @dataclass(frozen=True)
 class DriftCheck:

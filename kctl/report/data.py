@@ -20,6 +20,7 @@ from kctl.profile.serialize import from_stored
 
 if TYPE_CHECKING:
     from kctl.gate import GateResult, Measurement
+    from kctl.gate.drift import DriftCheck
     from kctl.store import Store
     from kctl.store.records import Deployment, JournalStep, StoredMeasurement
 
@@ -104,6 +105,10 @@ class ReportData:
     missing: tuple[str, ...]
     #: the backend's note above a gate table (SIMULATED ...), or None
     note: str | None
+    #: the drift check of a stored baseline measurement on the running baseline, when the
+    #: deploy made one (kept with the gate result: a deploy that ended before its gate
+    #: shows none)
+    baseline_check: DriftCheck | None = None
 
 
 def gather(
@@ -114,6 +119,7 @@ def gather(
     dep = _deployment(store, deployment_id)
     base_dep = _baseline_deployment(store, dep)
     gate, gate_ts, missing = _gate(store, dep)
+    check = _baseline_check(store, dep, missing)
     baseline, source = _baseline_measurement(ctx, store, dep, base_dep, gate_ts)
     if baseline is None and base_dep is not None:
         missing.append("no stored measurement of the baseline was found for this deployment")
@@ -133,6 +139,7 @@ def gather(
         history=trend,
         missing=tuple(missing),
         note=_note(ctx, dep),
+        baseline_check=check,
     )
 
 
@@ -189,6 +196,25 @@ def _gate(store: Store, dep: Deployment) -> tuple[GateResult | None, float | Non
         return GateResult.from_dict(data), ts, []
     except (KctlError, KeyError, TypeError, ValueError) as exc:
         return None, ts, [f"the stored gate result cannot be read by this kctl ({exc})"]
+
+
+def _baseline_check(store: Store, dep: Deployment, missing: list[str]) -> DriftCheck | None:
+    """The drift check stored with the deployment's gate result, or None (none ran, or
+    the deploy ended before its gate); a check this kctl cannot read is named in
+    ``missing``."""
+    from kctl.gate.drift import DriftCheck
+
+    stored = store.gate_result_at(dep.id)
+    raw = None if stored is None else stored[0].get("baseline_check")
+    if raw is None:
+        return None
+    try:
+        return DriftCheck.from_dict(raw)
+    except (KctlError, KeyError, TypeError, ValueError) as exc:
+        missing.append(
+            f"the stored drift check of the baseline cannot be read by this kctl ({exc})"
+        )
+        return None
 
 
 def _baseline_measurement(

@@ -63,6 +63,38 @@ def _probes(data: ReportData) -> dict[str, Any] | None:
     }
 
 
+def _baseline_check(data: ReportData) -> dict[str, Any] | None:
+    """The drift check of the stored baseline measurement, as the page shows it."""
+    from kctl.gate.drift import DRIFT_TOLERANCE
+
+    check = data.baseline_check
+    if check is None:
+        return None
+    why = check.reason.partition(":")[0]
+    return {
+        "reused": check.steady,
+        "outcome": "reused" if check.steady else f"measured again ({why})",
+        "reason": check.reason,
+        "elapsed_s": check.elapsed_s,
+        "sent": sum(r.sent for r in check.rows),
+        "contexts": len(check.rows),
+        "tolerance": f"{DRIFT_TOLERANCE:.0%}",
+        "rows": [
+            {
+                "context": r.context,
+                "stored": r.stored,
+                "now": r.now,
+                "ratio": r.ratio,
+                "interval": None if r.lo is None or r.hi is None else (r.lo, r.hi),
+                "completed": r.completed,
+                "sent": r.sent,
+                "outcome": r.outcome,
+            }
+            for r in check.rows
+        ],
+    }
+
+
 def _fmt_s(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -118,6 +150,7 @@ def render(data: ReportData) -> str:
         rows=gate_rows(verdict) if verdict is not None else [],
         summary=summary_lines(verdict) if verdict is not None else [],
         probes=_probes(data),
+        check=_baseline_check(data),
         changed=[r for r in data.diff if r.changed],
         unchanged=[r for r in data.diff if not r.changed],
         gate_total=dict(verdict.timings).get("total") if verdict is not None else None,

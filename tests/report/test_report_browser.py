@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from kctl.gate import GateResult
+from kctl.gate.drift import DriftCheck
 from kctl.store import Store
 
 pytestmark = pytest.mark.slow
@@ -189,11 +190,41 @@ def test_readme_scenario_shows_the_crossover_and_the_verdict(
     assert seen.console_errors == [] and seen.blocked == []
 
 
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def test_promoted_report(open_report: Any, scenario: Scenario) -> None:
-    seen = open_report(scenario.runs["promoted"].report, "promoted-kdtree-graphs")
-    assert seen.page.inner_text("#verdict").startswith("PASS: kdtree-graphs was promoted")
-    assert "stored measurement reused" in seen.page.inner_text("table.facts")
+    run = scenario.runs["promoted"]
+    seen = open_report(run.report, "promoted-kdtree-graphs")
+    page = seen.page
+    assert page.inner_text("#verdict").startswith("PASS: kdtree-graphs was promoted")
     assert seen.marks("ratio_points") == 3
+    # the drift check of the stored baseline measurement, as the deploy reported it: steady
+    # here (the stored measurement reused), unless a loaded machine slowed its few requests
+    # beyond the tolerance (then the baseline was measured again, and the page says that)
+    check = DriftCheck.from_dict(json.loads(run.out)["result"]["baseline_check"])
+    if check.steady:
+        outcome, source = "reused", "stored measurement reused"
+        assert "the baseline still serves as it was measured" in page.inner_text("#baseline-check")
+    else:
+        outcome = f"measured again ({check.reason.partition(':')[0]})"
+        source = "measured during this deploy"
+    assert page.inner_text("#baseline-check-outcome") == outcome
+    assert source in page.inner_text("table.facts")
+    said = page.inner_text("#baseline-check")
+    assert "sent the running baseline 6 requests over 3 contexts" in said, said
+    shown = [
+        [cell.inner_text() for cell in row.query_selector_all("td")]
+        for row in page.query_selector_all("#baseline-check-table tr")[1:]
+    ]
+    assert shown == [
+        [str(r.context), _num(r.stored, 2), _num(r.now, 2), _num(r.ratio, 3),
+         "-" if r.lo is None else f"{r.lo:.3f} to {r.hi:.3f}", f"{r.completed}/{r.sent}",
+         r.outcome]
+        for r in check.rows
+    ], shown  # fmt: skip
+    assert [row[0] for row in shown] == ["5700", "23000", "91000"]
     assert seen.console_errors == [] and seen.blocked == []
 
 

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from kctl.controller.context import Context
-from kctl.gate import GateResult, Measurement
+from kctl.gate import GateResult, Measurement, plan_workload
+from kctl.gate.drift import DriftCheck, judge_drift, plan_check
 from kctl.gate.stats import Sample, summarize
 from kctl.gate.verdict import judge
 from kctl.profile.loader import load_profile
+from kctl.profile.model import GateSpec
 from kctl.report import gather, profile_diff, report_path, write_report
 from kctl.report.page import render, verdict_sentence
 from kctl.store import Store
@@ -74,7 +76,22 @@ def _baseline(store: Store) -> str:
     return dep.id
 
 
-def _candidate(store: Store, baseline_id: str, *, gated: bool) -> str:
+def _drift_check(factor: float) -> DriftCheck:
+    """A drift check of the stored baseline measurement: two requests per context at
+    ``factor`` times the stored rates (1.0: steady)."""
+    stored = _measurement("baseline")
+    planned = plan_check(plan_workload(GateSpec(contexts=(5700, 23000))), stored)
+    samples = tuple(
+        Sample(r.phase, r.context, r.index, decode_tps=RATES["baseline"][r.context] * factor
+               * (1 + 0.005 * (r.index % 2)), completion_tokens=64)
+        for r in planned
+    )  # fmt: skip
+    return judge_drift(stored, samples, planned, 21.5)
+
+
+def _candidate(
+    store: Store, baseline_id: str, *, gated: bool, check: DriftCheck | None = None
+) -> str:
     clock = store.clock
     assert isinstance(clock, Clock)
     cand = load_profile(str(REPO / "profiles" / "kdtree-eager.yaml"))
@@ -88,7 +105,10 @@ def _candidate(store: Store, baseline_id: str, *, gated: bool) -> str:
         clock.now += 95.0
         verdict = judge(_measurement("baseline"), _measurement("candidate"), cand.gate.policy)
         result = GateResult(candidate=_measurement("candidate"), verdict=verdict)
-        store.save_gate_result(dep.id, result.to_dict())
+        kept = result.to_dict()
+        if check is not None:  # as a deploy keeps it
+            kept["baseline_check"] = check.to_dict()
+        store.save_gate_result(dep.id, kept)
         store.finish_step(dep.id, seq, "failed", note=f"gate {verdict.verdict}")
     seq = store.begin_step(dep.id, "restore", {"profile": "triton-graphs"})
     clock.now += 300.0
@@ -140,6 +160,44 @@ def test_gated_deploy_report(ctx: Context, store: Store) -> None:
     assert "https://" not in html.split("<script>")[0]  # no stylesheet or font from the network
     cross = re.search(r"crossover ≈ ([\d,]+) tokens", html)
     assert cross is not None and 5700 < int(cross.group(1).replace(",", "")) < 23000
+
+
+def test_a_gated_deploy_without_a_drift_check_shows_none(ctx: Context, store: Store) -> None:
+    _candidate(store, _baseline(store), gated=True)
+    data = gather(ctx, store, None)
+    assert data.baseline_check is None
+    assert "Baseline drift check" not in render(data)
+
+
+@pytest.mark.parametrize(
+    ("factor", "outcome", "results"),
+    [
+        (1.0, "reused", ["steady", "steady"]),
+        (0.7, "measured again (drifted beyond the noise)", ["drifted", "drifted"]),
+    ],
+)
+def test_the_drift_check_is_shown_with_its_rates_and_outcome(
+    ctx: Context, store: Store, factor: float, outcome: str, results: list[str]
+) -> None:
+    check = _drift_check(factor)
+    _candidate(store, _baseline(store), gated=True, check=check)
+    data = gather(ctx, store, None)
+    assert data.baseline_check == check and data.missing == ()
+    html = render(data)
+    found = re.search(r'<strong id="baseline-check-outcome">([^<]*)</strong>', html)
+    assert found is not None and found.group(1) == outcome
+    assert (
+        "sent the running baseline 4 requests over 2 contexts (21.5 s at real-time scale)" in html
+    )
+    table = html.split('id="baseline-check-table"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td class=\"l\">(\d+)</td>(.*?)</tr>", table, re.S)
+    assert [int(ctx) for ctx, _ in rows] == [5700, 23000]
+    for (_, cells), row, result in zip(rows, check.rows, results):
+        assert row.now is not None and row.lo is not None and row.hi is not None
+        assert f"<td>{row.stored:.2f}</td>" in cells and f"<td>{row.now:.2f}</td>" in cells
+        assert f"<td>{row.lo:.3f} to {row.hi:.3f}</td>" in cells and "<td>2/2</td>" in cells
+        assert f">{result}</td>" in cells
+    assert (factor == 1.0) == ("the baseline still serves as it was measured" in html)
 
 
 def test_never_ready_deploy_report_says_the_gate_did_not_run(ctx: Context, store: Store) -> None:
