@@ -8,6 +8,14 @@ wrong or INCONCLUSIVE. When the known-good baseline serves at the start of a dep
 sends it :data:`DRIFT_REQUESTS` more requests per context (the gate's own prompts, new
 indices), at most :data:`DRIFT_BUDGET_S` seconds, and compares their decode tok/s with the
 stored ones: the ratio now / stored and its bootstrap interval (the gate's statistics).
+
+The check is short: the decode rate is a rate, so a request need not stream the gate's
+whole ``output_tokens`` to measure it. Where that stream would be long (a long context
+decodes slowly) a check request streams :data:`DRIFT_STREAM_S` seconds of it at the stored
+rate, never fewer than :data:`DRIFT_MIN_TOKENS` tokens (:func:`check_tokens`): still many
+speculative verify steps and a stream far longer than any timer's jitter, while the short
+contexts, which decode fast and cost little, keep the gate's full stream. The check's two
+requests per context carry their own spread into the interval, as before.
 A context has drifted when its ratio is more than :data:`DRIFT_TOLERANCE` from 1 and its
 interval excludes 1 (a change beyond the noise of either measurement); a drift at any
 context, a failed request or the time bound running out mean the baseline is measured
@@ -18,8 +26,10 @@ again before it stops. Otherwise the stored measurement is reused.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kctl.gate.bootstrap import bootstrap, interval
@@ -42,6 +52,11 @@ DRIFT_REQUESTS = 2
 DRIFT_BUDGET_S = 300.0
 #: a ratio now / stored further than this from 1, whose interval excludes 1, is a drift
 DRIFT_TOLERANCE = 0.05
+#: a check request streams the gate's output_tokens, or this many seconds of decode at
+#: the stored rate where that is fewer tokens ...
+DRIFT_STREAM_S = 16.0
+#: ... but never fewer tokens than this (nor more than the gate's output_tokens)
+DRIFT_MIN_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -95,14 +110,46 @@ def _next_index(m: Measurement, context: int) -> int:
     return max(used, default=-1) + 1
 
 
-def plan_check(workload: Workload, stored: Measurement) -> tuple[GenRequest, ...]:
-    """The check's requests: :data:`DRIFT_REQUESTS` per context the stored measurement
-    has, numbered after its own so no prompt repeats (no prefix-cache hit)."""
+def check_tokens(output_tokens: int, stored_tps: float) -> int:
+    """The tokens a check request streams at a context whose stored median decode rate is
+    ``stored_tps``: :data:`DRIFT_STREAM_S` seconds of decode, at least
+    :data:`DRIFT_MIN_TOKENS`, at most the gate's ``output_tokens``."""
+    return min(output_tokens, max(DRIFT_MIN_TOKENS, math.ceil(stored_tps * DRIFT_STREAM_S)))
+
+
+def stored_rates(stored: Measurement) -> dict[int, float]:
+    """The stored median decode tok/s of each one-at-a-time context."""
+    return {
+        s.context: s.median
+        for s in stored.summaries
+        if s.concurrency == 1 and s.median is not None and s.median > 0
+    }
+
+
+def check_requests(
+    workload: Workload, rates: Mapping[int, float], start: Mapping[int, int] | None = None
+) -> tuple[GenRequest, ...]:
+    """:data:`DRIFT_REQUESTS` requests per context of ``workload`` that ``rates`` (stored
+    median tok/s) names, each streaming :func:`check_tokens`; numbered from ``start`` (per
+    context, else 0). What :func:`plan_check` sends, and what ``kctl plan`` estimates."""
     out: list[GenRequest] = []
     for ctx in workload.contexts:
-        if stored.summary(ctx) is not None:
-            out += workload.extra_requests(ctx, DRIFT_REQUESTS, _next_index(stored, ctx))
+        if ctx not in rates:
+            continue
+        tokens = check_tokens(workload.output_tokens, rates[ctx])
+        first = (start or {}).get(ctx, 0)
+        out += [
+            replace(r, max_new_tokens=tokens)
+            for r in workload.extra_requests(ctx, DRIFT_REQUESTS, first)
+        ]
     return tuple(out)
+
+
+def plan_check(workload: Workload, stored: Measurement) -> tuple[GenRequest, ...]:
+    """The check's requests: :func:`check_requests` for each context the stored
+    measurement rates, numbered after its own so no prompt repeats (no prefix-cache hit)."""
+    rates = stored_rates(stored)
+    return check_requests(workload, rates, {ctx: _next_index(stored, ctx) for ctx in rates})
 
 
 def _fmt_row(r: DriftRow) -> str:

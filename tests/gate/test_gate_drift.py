@@ -10,7 +10,18 @@ from typing import Any
 import pytest
 
 from kctl.gate.client import Endpoint, StreamResult
-from kctl.gate.drift import DRIFT_REQUESTS, DriftCheck, judge_drift, plan_check, run_drift_check
+from kctl.gate.drift import (
+    DRIFT_MIN_TOKENS,
+    DRIFT_REQUESTS,
+    DRIFT_STREAM_S,
+    DriftCheck,
+    check_requests,
+    check_tokens,
+    judge_drift,
+    plan_check,
+    run_drift_check,
+    stored_rates,
+)
 from kctl.gate.measurement import Measurement
 from kctl.gate.runner import GateProgress
 from kctl.gate.stats import Sample, summarize
@@ -93,6 +104,7 @@ class _FakeServer:
         self.now = 0.0
         self.seconds, self.rate, self.error = seconds, rate, error
         self.timeouts: list[float] = []
+        self.tokens: list[int] = []
 
     def clock(self) -> float:
         return self.now
@@ -100,6 +112,7 @@ class _FakeServer:
     def generate(self, endpoint: object, payload: object, *, timeout_s: float,
                  **kw: object) -> StreamResult:  # fmt: skip
         self.timeouts.append(timeout_s)
+        self.tokens.append(payload["sampling_params"]["max_new_tokens"])  # type: ignore[index]
         if self.seconds > timeout_s:  # the request outlives its timeout: cut there
             self.now += timeout_s
             return StreamResult(None, None, timeout_s, 0, 0, f"timed out after {timeout_s:g} s")
@@ -168,3 +181,52 @@ def test_a_failing_baseline_is_measured_again(fake: Callable[..., _FakeServer]) 
                             clock=server.clock)  # fmt: skip
     assert not check.steady and check.reason.startswith("requests failed: 5700: 0 of 2")
     assert len(server.timeouts) == 4  # the bound did not end it: every request was tried
+
+
+#: the shipped profiles' shape: 128 tokens a request; the baseline decodes about 52, 8 and
+#: 2 tok/s at 5.7k, 23k and 91k
+LONG = plan_workload(
+    GateSpec(contexts=(5700, 23000, 91000), output_tokens=128, repeats=3, warmup=1),
+    vocab_size=163840,
+)
+LONG_RATES = {5700: (51.0, 52.0, 52.5), 23000: (7.9, 8.0, 8.1), 91000: (1.98, 2.0, 2.02)}
+LONG_STORED = Measurement(
+    "fp", samples=_samples(LONG_RATES), summaries=summarize(_samples(LONG_RATES))
+)
+
+
+def test_a_slow_context_is_checked_on_a_shorter_stream() -> None:
+    # the decode rate is a rate: where the gate's stream would last over 16 s, a check
+    # request streams 16 s of it (at least 32 tokens); fast contexts keep the whole stream
+    assert (DRIFT_STREAM_S, DRIFT_MIN_TOKENS) == (16.0, 32)
+    planned = plan_check(LONG, LONG_STORED)
+    assert [(r.context, r.index, r.max_new_tokens) for r in planned] == [
+        (5700, 3, 128), (5700, 4, 128), (23000, 3, 128), (23000, 4, 128),
+        (91000, 3, 32), (91000, 4, 32),
+    ]  # fmt: skip
+    # the gate's own prompts (its extra repeats'), fewer tokens each
+    extra = LONG.extra_requests(91000, 1, 3)[0]
+    assert planned[4] == dataclasses.replace(extra, max_new_tokens=32)
+    assert [check_tokens(n, r) for n, r in ((128, 3.0), (128, 0.5), (16, 2.0), (64, 9.0))] == [
+        48, 32, 16, 64,
+    ]  # fmt: skip
+    # what plan estimates from the stored rates is what the check sends
+    assert check_requests(LONG, stored_rates(LONG_STORED), {c: 3 for c in LONG.contexts}) == planned
+
+
+def test_the_short_stream_is_what_goes_out_and_a_drift_there_is_still_found(
+    fake: Callable[..., _FakeServer],
+) -> None:
+    server = fake(5.0, rate=2.0)
+    check = run_drift_check(Endpoint("127.0.0.1", 1), LONG, LONG_STORED, clock=server.clock)
+    assert server.tokens == [128, 128, 128, 128, 32, 32]
+    # the fake decodes 2 tok/s everywhere: far below the stored rates at 5.7k and 23k
+    assert not check.steady and [r.outcome for r in check.rows] == ["drifted", "drifted", "steady"]
+    # at 91k alone: the shorter stream's rates judged against the stored ones as before
+    slow = judge_drift(
+        LONG_STORED,
+        _samples({91000: (1.70, 1.72)}, start=3),
+        plan_check(LONG, LONG_STORED)[4:],
+        80.0,
+    )
+    assert not slow.steady and slow.rows[0].outcome == "drifted"
