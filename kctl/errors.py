@@ -83,7 +83,7 @@ class UsageError(InvalidInput):
 
 class CandidateRejected(KctlError):
     """The candidate failed health or the gate; the baseline runs again, verified.
-    ``result`` is the deploy's result (as ``--json`` prints it); ``log_tail`` the
+    ``result`` is the deploy's result model (``--json`` prints its dump); ``log_tail`` the
     candidate's last log lines when its health failed."""
 
     exit_code = 3
@@ -92,7 +92,7 @@ class CandidateRejected(KctlError):
         self,
         message: str,
         *,
-        result: dict[str, Any] | None = None,
+        result: Any = None,
         log_tail: str = "",
         hint: str | None = None,
     ) -> None:

@@ -10,12 +10,14 @@ output is not a terminal (rich decides).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from rich.box import Box
 from rich.console import Console, RenderableType
 from rich.table import Table
@@ -92,24 +94,64 @@ def _finite(value: Any) -> Any:
     return value
 
 
+class ErrorInfo(BaseModel):
+    """What went wrong, and how to fix it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(description="the error class: CandidateRejected, ProfileError, LockHeld ...")
+    message: str
+    hint: str | None = Field(description="what to do about it")
+
+
+class Envelope(BaseModel):
+    """The one JSON document ``--json`` prints on stdout, whatever happens."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    format: Literal["kctl.result/v1"] = Field(default="kctl.result/v1", alias="schema")
+    kctl_version: str
+    command: str = Field(description="deploy, status, lock show ...")
+    ok: bool = Field(description="exit_code == 0")
+    exit_code: int
+    result: Any = Field(
+        description="the command's result (`kctl schema COMMAND`); null on most errors; a "
+        "rejected deploy's result on exit 3"
+    )
+    error: ErrorInfo | None
+
+
+def dump(result: Any) -> Any:
+    """A command's result as JSON values: a model's (or a dataclass's, or a list of
+    them) dump, strict JSON (no NaN), anything the models do not type written as its
+    ``str``."""
+    if isinstance(result, BaseModel):
+        result = result.model_dump(mode="json", by_alias=True, fallback=str)
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = TypeAdapter(type(result)).dump_python(result, mode="json", fallback=str)
+    elif isinstance(result, (list, tuple)):
+        return [dump(item) for item in result]
+    return _finite(result)
+
+
 def envelope(
     command: str,
     *,
     ok: bool,
     exit_code: int,
     result: Any = None,
-    error: dict[str, Any] | None = None,
+    error: ErrorInfo | None = None,
 ) -> str:
+    doc = Envelope(
+        kctl_version=__version__,
+        command=command,
+        ok=ok,
+        exit_code=exit_code,
+        result=dump(result),
+        error=error,
+    )
     return json.dumps(
-        {
-            "schema": JSON_SCHEMA,
-            "kctl_version": __version__,
-            "command": command,
-            "ok": ok,
-            "exit_code": exit_code,
-            "result": _finite(result),
-            "error": error,
-        },
+        doc.model_dump(mode="json", by_alias=True, fallback=str),
         indent=2,
         sort_keys=False,
         default=str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +20,10 @@ from kctl.cli.app import (
     flag,
     lock_app,
 )
+from kctl.cli.results import LockRelease, LogsResult, Validated
+
+if TYPE_CHECKING:
+    from kctl.controller.plan import DriftCheckCost
 
 _DEPLOY_EXITS = (
     "Exit codes: 0 promoted (or the profile already serves); 2 invalid profile or "
@@ -52,7 +56,7 @@ def deploy(
     --state-dir (default $XDG_STATE_HOME/kctl; --simulate uses its simulate/ subdirectory).
     """
     from kctl.controller.deploy import deploy as run
-    from kctl.render import deploy_text
+    from kctl.render import deploy_text, dump
 
     ctx = _context(sets)
     ctx.rebuild = rebuild
@@ -60,10 +64,10 @@ def deploy(
         from kctl.fleet.rollout import deploy_fleet
 
         fleet_result = deploy_fleet(ctx, profile, fleet, force=force)
-        _emit("deploy", fleet_result, deploy_text(fleet_result))
+        _emit("deploy", fleet_result, deploy_text(dump(fleet_result)))
         return
-    result = run(ctx, profile, force=force).to_dict()
-    _emit("deploy", result, deploy_text(result))
+    result = run(ctx, profile, force=force)
+    _emit("deploy", result, deploy_text(dump(result)))
 
 
 @app.command(cls=_Command)
@@ -79,11 +83,11 @@ def rollback(
         from kctl.fleet.rollout import rollback_fleet
 
         fleet_result = rollback_fleet(_context(), fleet)
-        _emit("rollback", fleet_result, f"RESTORED: {fleet_result['reason']}")
+        _emit("rollback", fleet_result, f"RESTORED: {fleet_result.reason}")
         return
 
-    result = run(_context(), to).to_dict()
-    _emit("rollback", result, f"{result['outcome'].upper()}: {result['reason']}")
+    result = run(_context(), to)
+    _emit("rollback", result, f"{result.outcome.upper()}: {result.reason}")
 
 
 @app.command(cls=_Command)
@@ -92,19 +96,19 @@ def status(fleet: str | None = FLEET_OPTION) -> None:
     Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down).
     With --fleet: each replica's node, port, profile, image, health and last gate."""
     from kctl.controller.status import status as run
-    from kctl.render import status_text
+    from kctl.render import dump, status_text
 
     if fleet is not None:
         from kctl.fleet.status import status_fleet
         from kctl.fleet.status import status_text as fleet_text
 
         rep = status_fleet(_context(), fleet)
-        _emit("status", rep, fleet_text(rep), exit_code=4 if rep["needs_attention"] else 0)
+        _emit("status", rep, fleet_text(rep), exit_code=4 if rep.needs_attention else 0)
         return
 
-    report = run(_context()).to_dict()
-    code = 4 if report["needs_attention"] else 0
-    _emit("status", report, status_text(report), exit_code=code)
+    report = run(_context())
+    code = 4 if report.needs_attention else 0
+    _emit("status", report, status_text(dump(report)), exit_code=code)
 
 
 @app.command(cls=_Command)
@@ -114,7 +118,7 @@ def history(
 ) -> None:
     """Past deployments, newest first (with --fleet: the fleet's rollouts)."""
     from kctl.controller.status import history as run
-    from kctl.render import history_text
+    from kctl.render import dump, history_text
 
     if fleet is not None:
         from kctl.fleet.status import history_fleet
@@ -122,7 +126,7 @@ def history(
         rows = history_fleet(_context(), fleet, limit)
     else:
         rows = run(_context(), limit)
-    _emit("history", rows, history_text(rows))
+    _emit("history", rows, history_text(dump(rows)))
 
 
 @app.command(cls=_Command)
@@ -140,8 +144,8 @@ def bench(
     """Run a gate workload against what serves now; stored, no deploy."""
     from kctl.controller.bench import bench as run
 
-    result = run(_context(sets), profile, bench_serving=bench_serving).to_dict()
-    text = result.get("table") or json.dumps(result["measurement"].get("summary", {}), indent=2)
+    result = run(_context(sets), profile, bench_serving=bench_serving)
+    text = result.table or json.dumps(result.measurement.get("summary", {}), indent=2)
     _emit("bench", result, text)
 
 
@@ -165,49 +169,50 @@ def plan(
         return
 
     result = run(_context(sets), profile)
+    launch, gate = result.launch, result.gate
     lines = [
-        f"profile {result['profile']['name']} (hash {result['profile_hash'][:12]})",
-        *_overrides_line(result["profile"]["overrides"]),
-        f"runtime: {result['runtime']}" + (" (simulated)" if result["simulate"] else ""),
-        f"baseline: {result['baseline'] or 'none (this profile is a baseline)'}",
-        describe_release(result["sglang"]),
-        *(f"  warning: {w}" for w in result["warnings"]),
-        "launch: " + " ".join(result["launch"]["argv"]),
-        "env: " + " ".join(f"{k}={v}" for k, v in result["launch"]["env"].items()),
+        f"profile {result.profile['name']} (hash {result.profile_hash[:12]})",
+        *_overrides_line(result.profile["overrides"]),
+        f"runtime: {result.runtime}" + (" (simulated)" if result.simulate else ""),
+        f"baseline: {result.baseline or 'none (this profile is a baseline)'}",
+        describe_release(result.sglang.model_dump()),
+        *(f"  warning: {w}" for w in result.warnings),
+        "launch: " + " ".join(launch.argv),
+        "env: " + " ".join(f"{k}={v}" for k, v in launch.env.items()),
         *(
-            [f"api key: {result['launch']['api_key']} (in a --config file, not the argv)"]
-            if result["launch"].get("api_key")
+            [f"api key: {launch.api_key} (in a --config file, not the argv)"]
+            if launch.api_key
             else []
         ),
-        f"gate: {result['gate']['requests']} requests over contexts "
-        f"{result['gate']['contexts']}, " + _duration(result["gate"]["estimated_duration_s"]),
-        *_check_line(result["gate"]["baseline_check"]),
-        "preconditions: " + ", ".join(result["preconditions"]),
+        f"gate: {gate.requests} requests over contexts "
+        f"{gate.contexts}, " + _duration(gate.estimated_duration_s),
+        *_check_line(gate.baseline_check),
+        "preconditions: " + ", ".join(result.preconditions),
         "steps:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])),
+        *(f"  {i + 1}. {s}" for i, s in enumerate(result.steps)),
         "on failure after the host changed:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result["revert"])),
+        *(f"  {i + 1}. {s}" for i, s in enumerate(result.revert)),
     ]
-    if "image" in result:
+    if result.image is not None:
         lines += [
             "",
             "Dockerfile:",
-            result["image"].get("dockerfile", ""),
+            result.image.get("dockerfile", ""),
             "run spec:",
-            json.dumps(result["run_spec"], indent=2, default=str),
+            json.dumps(result.run_spec, indent=2, default=str),
         ]
     _emit("plan", result, "\n".join(lines))
 
 
-def _check_line(check: dict[str, Any] | None) -> list[str]:
+def _check_line(check: DriftCheckCost | None) -> list[str]:
     """The drift check's cost in ``kctl plan``'s text, when the plan has one."""
     if check is None:
         return []
-    about = "" if check["estimated_s"] is None else f"about {check['estimated_s']:.0f} s, "
+    about = "" if check.estimated_s is None else f"about {check.estimated_s:.0f} s, "
     return [
-        f"baseline drift check: {check['requests']} requests on the running baseline, "
-        f"{about}at most {check['bound_s']:g} s at real-time scale; if it drifted, the "
-        f"baseline is measured again ({check['measure_requests']} requests)"
+        f"baseline drift check: {check.requests} requests on the running baseline, "
+        f"{about}at most {check.bound_s:g} s at real-time scale; if it drifted, the "
+        f"baseline is measured again ({check.measure_requests} requests)"
     ]
 
 
@@ -241,13 +246,14 @@ def render(
     endpoints, GPU limits. Rendered only: kctl applies nothing. docs/kubernetes.md."""
     from kctl.errors import UsageError
     from kctl.k8s.render import render_command
+    from kctl.k8s.results import RenderResult
 
     if not k8s:
         raise UsageError(
             "kctl render needs a format", hint="kctl render --k8s PROFILE --fleet FLEET"
         )
     result, text = render_command(profile, fleet, out=out, with_argo=argo)
-    _emit("render", result, text)
+    _emit("render", RenderResult.model_validate(result), text)
 
 
 @app.command(cls=_Command)
@@ -262,34 +268,57 @@ def validate(
     from kctl.profile.loader import load_profile
     from kctl.profile.overrides import parse_overrides
 
-    results: list[dict[str, Any]] = []
+    results: list[Validated] = []
     problems: list[str] = []
     overrides = parse_overrides(sets)
     for path in profiles:
         try:
             p = load_profile(path, overrides=overrides)
             warnings = [f"{path}: {w}" for w in argv_warnings(p)]
-            results.append({"path": path, "ok": True, "hash": p.content_hash, "warnings": warnings})
+            results.append(Validated(path=path, ok=True, hash=p.content_hash, warnings=warnings))
         except ProfileError as exc:
             problems += exc.problems
-            results.append({"path": path, "ok": False, "problems": exc.problems})
+            results.append(Validated(path=path, ok=False, problems=exc.problems))
     text = "\n".join(
         "\n".join(
-            [f"ok {r['path']} ({r['hash'][:12]})", *(f"  warning: {w}" for w in r["warnings"])]
+            [f"ok {r.path} ({(r.hash or '')[:12]})", *(f"  warning: {w}" for w in r.warnings)]
         )
-        if r["ok"]
-        else "\n".join(r["problems"])
+        if r.ok
+        else "\n".join(r.problems)
         for r in results
     )
     _emit("validate", results, text, exit_code=2 if problems else 0)
 
 
 @app.command(cls=_Command)
-def schema() -> None:
-    """Print the JSON Schema of a profile file, for editors (with --json: in the envelope)."""
+def schema(
+    command: str | None = typer.Argument(
+        None,
+        help="A command whose --json result to describe (deploy, status, lock show ...), "
+        "or envelope; default: the profile file.",
+    ),
+    fleet: bool = flag("--fleet", help="The result of the command's --fleet form."),
+) -> None:
+    """Print a JSON Schema: of a profile file, for editors; or, with COMMAND, of that
+    command's --json result (docs/json-output.md is generated from these). With --json:
+    in the envelope."""
+    from kctl.cli.results import result_names, result_schema
+    from kctl.errors import UsageError
     from kctl.profile.schema import profile_schema
 
-    result = profile_schema()
+    if command is None:
+        if fleet:
+            raise UsageError("--fleet needs a COMMAND", hint="e.g. kctl schema deploy --fleet")
+        result = profile_schema()
+    else:
+        name = f"{command} --fleet" if fleet else command
+        try:
+            result = result_schema(name)
+        except KeyError:
+            known = ", ".join(n for n in result_names() if n != "schema")
+            raise UsageError(
+                f"kctl schema {name}: no such result", hint=f"name one of: {known}"
+            ) from None
     _emit("schema", result, json.dumps(result, indent=2))
 
 
@@ -304,7 +333,7 @@ def logs(
     from kctl.controller.status import logs as run
 
     text = run(_context(), deployment, tail)
-    _emit("logs", {"log": text}, text)
+    _emit("logs", LogsResult(log=text), text)
 
 
 @app.command(cls=_Command)
@@ -318,7 +347,7 @@ def build(
     ctx = _context()
     ctx.rebuild = rebuild
     result = run(ctx, profile)
-    _emit("build", result, f"image {result['image']}")
+    _emit("build", result, f"image {result.image}")
 
 
 @app.command(cls=_Command)
@@ -334,8 +363,7 @@ def gc(
     _emit(
         "gc",
         result,
-        f"removed {len(result['removed'])} container(s)"
-        + "".join(f"\n  {n}" for n in result["removed"]),
+        f"removed {len(result.removed)} container(s)" + "".join(f"\n  {n}" for n in result.removed),
     )
 
 
@@ -359,8 +387,7 @@ def stop(
     _emit(
         "stop",
         result,
-        f"stopped {len(result['stopped'])} server(s)"
-        + "".join(f"\n  {d}" for d in result["stopped"]),
+        f"stopped {len(result.stopped)} server(s)" + "".join(f"\n  {d}" for d in result.stopped),
     )
 
 
@@ -370,9 +397,8 @@ def lock_show() -> None:
     from kctl.lock import DeployLock
 
     info = DeployLock(_context().state_dir).inspect()
-    data = None if info is None else (info.to_dict() if hasattr(info, "to_dict") else vars(info))
-    text = "lock is free" if data is None else "\n".join(f"{k}: {v}" for k, v in data.items())
-    _emit("lock show", data, text)
+    text = "lock is free" if info is None else "\n".join(f"{k}: {v}" for k, v in vars(info).items())
+    _emit("lock show", info, text)
 
 
 @lock_app.command("release", cls=_Command)
@@ -390,10 +416,10 @@ def lock_release(
 
     released = DeployLock(_context().state_dir).release(force=force)
     if released is None:
-        _emit("lock release", {"released": False}, "lock is free: nothing to release")
+        _emit("lock release", LockRelease(released=False), "lock is free: nothing to release")
     else:
         _emit(
             "lock release",
-            {"released": True, "lock": released.to_dict()},
+            LockRelease(released=True, lock=released),
             f"lock released (was {released.describe(time.time())})",
         )

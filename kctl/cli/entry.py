@@ -61,9 +61,9 @@ def command_name(args: list[str]) -> str:
 
 
 def _usage_envelope(command: str, path: str, message: str) -> str:
-    from kctl.render import envelope
+    from kctl.render import ErrorInfo, envelope
 
-    error = {"type": "UsageError", "message": message, "hint": f"run `{path} --help`"}
+    error = ErrorInfo(type="UsageError", message=message, hint=f"run `{path} --help`")
     return envelope(command, ok=False, exit_code=2, result=None, error=error)
 
 
@@ -126,7 +126,7 @@ def _report_error(command: str, exc: KctlError) -> None:
     """One error, as the envelope under --json, else one stderr line (with the rejected
     deploy's result on stdout and the candidate's last log lines first)."""
     from kctl.errors import CandidateRejected
-    from kctl.render import envelope
+    from kctl.render import ErrorInfo, envelope
 
     result = exc.result if isinstance(exc, CandidateRejected) else None
     if OPTS.json:
@@ -136,14 +136,14 @@ def _report_error(command: str, exc: KctlError) -> None:
                 ok=False,
                 exit_code=exc.exit_code,
                 result=result,
-                error={"type": type(exc).__name__, "message": exc.message, "hint": exc.hint},
+                error=ErrorInfo(type=type(exc).__name__, message=exc.message, hint=exc.hint),
             )
         )
     else:
         if result is not None:
-            from kctl.render import deploy_text
+            from kctl.render import deploy_text, dump
 
-            print(deploy_text(result, reason=False))  # the error line below says why
+            print(deploy_text(dump(result), reason=False))  # the error line below says why
         if isinstance(exc, CandidateRejected) and exc.log_tail:
             print("last log lines:\n" + exc.log_tail, file=sys.stderr)
         print(f"kctl: error: {exc}", file=sys.stderr)

@@ -27,10 +27,10 @@ def report(
     the profiles' differences. `kctl deploy` writes one for every deploy it ends."""
     from kctl.controller.report import report as run
 
-    result = run(_context(), deployment, out, history=history).to_dict()
+    result = run(_context(), deployment, out, history=history)
     lines = [
-        f"report: {result['path']}",
-        f"  deployment: {result['deployment_id']} ({result['profile']}, {result['status']})",
+        f"report: {result.path}",
+        f"  deployment: {result.deployment_id} ({result.profile}, {result.status})",
     ]
-    lines += [f"  missing: {m}" for m in result["missing"]]
+    lines += [f"  missing: {m}" for m in result.missing]
     _emit("report", result, "\n".join(lines))

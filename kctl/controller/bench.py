@@ -5,9 +5,10 @@ replaces the server under it."""
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
 
 from kctl.backend import noted
 from kctl.controller import common
@@ -20,20 +21,29 @@ if TYPE_CHECKING:
     from kctl.controller.context import Context
 
 
-@dataclass
-class BenchResult:
-    deployment_id: str
+class BenchServingFile(BaseModel):
+    """Where ``--bench-serving FILE`` appended the bench_serving lines."""
+
+    path: str
+    lines: int
+
+
+class BenchResult(BaseModel):
+    """The result of ``bench``: a measurement of what serves, stored."""
+
+    deployment_id: str = Field(description="the deployment measured (what serves)")
     profile: str
     measurement: dict[str, Any]
-    compared_with: str | None = None
+    compared_with: str | None = Field(
+        default=None, description="the baseline profile compared with"
+    )
     table: str | None = None
     verdict: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    #: the file the bench_serving lines were appended to, and how many
-    bench_serving: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    warnings: list[str] = Field(default_factory=list)
+    bench_serving: BenchServingFile | None = Field(
+        default=None,
+        description="with --bench-serving FILE: where the bench_serving lines were appended",
+    )
 
 
 def bench(
@@ -99,7 +109,9 @@ def bench(
             fingerprint=fp,
             data=meas.to_dict(),
         )
-        result = BenchResult(dep.id, serving_profile.name, meas.to_dict())
+        result = BenchResult(
+            deployment_id=dep.id, profile=serving_profile.name, measurement=meas.to_dict()
+        )
         if bench_serving is not None:
             result.bench_serving = _append_bench_serving(
                 bench_serving, meas, gate_profile, f"kctl {dep.id} {serving_profile.name}",
@@ -133,7 +145,7 @@ def bench(
 
 def _append_bench_serving(
     path: str, meas: Any, gate_profile: Any, tag: str, server_info: dict[str, Any] | None
-) -> dict[str, Any]:
+) -> BenchServingFile:
     """Append ``meas`` to ``path`` as SGLang's bench_serving writes its results."""
     import json
 
@@ -152,4 +164,4 @@ def _append_bench_serving(
             f"--bench-serving {path}: cannot write: {exc.strerror}",
             hint="name a writable file; the measurement itself is stored",
         ) from exc
-    return {"path": path, "lines": len(rows)}
+    return BenchServingFile(path=path, lines=len(rows))

@@ -15,8 +15,9 @@ next command (Degraded, exit 4). Failures before any change raise PreconditionFa
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+from pydantic import BaseModel, Field
 
 from kctl import secrets
 from kctl.controller import common
@@ -45,35 +46,73 @@ from kctl.profile.compare import gate_mismatches
 if TYPE_CHECKING:
     from kctl.controller.context import Context
     from kctl.controller.steps import Plan
+    from kctl.gate.drift import DriftCheck
     from kctl.profile.model import Profile
     from kctl.runtime.base import Instance, Runtime
     from kctl.store import Store
     from kctl.store.records import Deployment
 
 
-@dataclass
-class DeployResult:
-    """What a deploy did; rendered by the CLI and returned under ``--json``."""
+class DriftRowResult(BaseModel):
+    """One context of the drift check."""
+
+    context: int
+    stored: float = Field(description="the stored median decode tok/s")
+    now: float | None = Field(
+        description="the check's median decode tok/s; null when none completed"
+    )
+    ratio: float | None = Field(description="now / stored")
+    lo: float | None
+    hi: float | None = Field(description="lo, hi: the ratio's 90% bootstrap interval")
+    completed: int
+    sent: int = Field(description="the check's requests planned at this context")
+
+
+class BaselineCheckResult(BaseModel):
+    """The drift check of the stored baseline measurement against the running baseline
+    (docs/profiles.md, "How the gate judges"). steady: the stored measurement was reused;
+    else the baseline was measured again before it stopped."""
+
+    steady: bool
+    reason: str = Field(
+        description="steady / drifted beyond the noise / requests failed / out of time, with "
+        "each context's figures"
+    )
+    elapsed_s: float = Field(description="seconds at real-time scale")
+    rows: list[DriftRowResult]
+
+
+class DeployResult(BaseModel):
+    """The result of ``deploy``, also on exit 3 (rejected: the known-good baseline restored)."""
 
     deployment_id: str
     profile: str
     profile_hash: str
-    outcome: str  # promoted | rejected | already-serving | established | degraded | failed
+    outcome: Literal["promoted", "established", "rejected", "already-serving"] = Field(
+        description="established: a baseline profile deployed and verified"
+    )
     reason: str
-    serving: str | None
-    baseline: str | None = None
-    gate: dict[str, Any] | None = None
-    table: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    #: the HTML report written next to the state (``kctl report``), None when none was
-    report: str | None = None
-    #: the drift check of the stored baseline measurement (:class:`~kctl.gate.drift.
-    #: DriftCheck` as a dict), None when none ran
-    baseline_check: dict[str, Any] | None = None
+    serving: str | None = Field(description="the deployment serving afterwards")
+    baseline: str | None = Field(default=None, description="the baseline profile gated against")
+    gate: dict[str, Any] | None = Field(
+        default=None, description="the stored gate result: candidate measurement and verdict"
+    )
+    table: str | None = Field(default=None, description="the gate table as text, for humans")
+    timings: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    report: str | None = Field(
+        default=None,
+        description="the HTML report written next to the state "
+        "(`<state>/reports/<id>.html`); null when it could not be written",
+    )
+    baseline_check: BaselineCheckResult | None = Field(
+        default=None,
+        description="the drift check of the stored baseline measurement; null when none ran",
+    )
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+
+def _checked(drift: DriftCheck | None) -> BaselineCheckResult | None:
+    return None if drift is None else BaselineCheckResult.model_validate(drift.to_dict())
 
 
 def observe(
@@ -258,7 +297,7 @@ class _Deploy:
             timings=timings,
             warnings=st.warnings,
             report=deploy_report(self.ctx, self.store, st.txn_id),
-            baseline_check=st.drift.to_dict() if st.drift is not None else None,
+            baseline_check=_checked(st.drift),
         )
 
     # -- failure paths -------------------------------------------------------------------
@@ -337,7 +376,7 @@ class _Deploy:
             timings=timings,
             warnings=st.warnings,
             report=deploy_report(self.ctx, self.store, st.txn_id),
-            baseline_check=st.drift.to_dict() if st.drift is not None else None,
+            baseline_check=_checked(st.drift),
         )
         raise CandidateRejected(
             f"candidate {self.candidate.name} rejected: {reason}; "
@@ -346,7 +385,7 @@ class _Deploy:
                 if restored
                 else "nothing served before this deploy, so nothing was restored"
             ),
-            result=result.to_dict(),
+            result=result,
             log_tail=exc.log_tail if isinstance(exc, HealthFailed) else "",
         ) from exc
 

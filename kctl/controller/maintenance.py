@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
 
 from kctl.controller import common
 from kctl.errors import UsageError
@@ -12,6 +14,26 @@ if TYPE_CHECKING:
     from kctl.controller.context import Context
     from kctl.runtime.base import Runtime
     from kctl.store import Store
+
+
+class GcResult(BaseModel):
+    """The result of ``gc`` (docker runtime only)."""
+
+    removed: list[str] = Field(description="the stopped containers removed")
+    retain: int
+
+
+class BuildResult(BaseModel):
+    """The result of ``build`` (docker runtime only)."""
+
+    profile: str
+    image: str
+
+
+class StopResult(BaseModel):
+    """The result of ``stop``."""
+
+    stopped: list[str] = Field(description="deployment ids stopped")
 
 
 def protected_ids(store: Store, *extra: str | None) -> list[str]:
@@ -39,19 +61,19 @@ def prune(
     return removed
 
 
-def gc(ctx: Context, retain: int | None, runtime_kind: str = "docker") -> dict[str, Any]:
+def gc(ctx: Context, retain: int | None, runtime_kind: str = "docker") -> GcResult:
     runtime = ctx.runtime(runtime_kind)
     if getattr(runtime, "prune", None) is None:
         raise UsageError(f"the {runtime_kind} runtime keeps nothing to collect")
     store = ctx.open_store()
     try:
         keep = retain if retain is not None else 3
-        return {"removed": prune(ctx, store, runtime, keep), "retain": keep}
+        return GcResult(removed=prune(ctx, store, runtime, keep), retain=keep)
     finally:
         store.close()
 
 
-def build(ctx: Context, profile_path: str) -> dict[str, Any]:
+def build(ctx: Context, profile_path: str) -> BuildResult:
     profile = common.load(profile_path)
     if not kind_of(ctx.runtime_kind(profile)).builds_images:
         raise UsageError(
@@ -60,10 +82,10 @@ def build(ctx: Context, profile_path: str) -> dict[str, Any]:
             + ": there is no image to build"
         )
     tag = common.image_for(ctx, profile)
-    return {"profile": profile.name, "image": tag}
+    return BuildResult(profile=profile.name, image=str(tag))
 
 
-def stop(ctx: Context, *, yes: bool) -> dict[str, Any]:
+def stop(ctx: Context, *, yes: bool) -> StopResult:
     """``kctl stop --yes``: take the service down (every server kctl runs here), journalled
     like any host change. The known-good record stays, so ``kctl rollback`` brings it back."""
     from kctl.controller.executor import Executor
@@ -85,4 +107,4 @@ def stop(ctx: Context, *, yes: bool) -> dict[str, Any]:
         with ex.guard:
             ex.run_steps(plan_stop().steps)
         txn.end("stopped")
-    return {"stopped": state.stopped}
+    return StopResult(stopped=state.stopped)

@@ -7,7 +7,9 @@ measurement), so a deploy run next journals exactly these steps."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from kctl.controller import common
 from kctl.controller.deploy import observe
@@ -27,7 +29,90 @@ if TYPE_CHECKING:
     from kctl.store import Store
 
 
-def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
+class ReleaseInfo(BaseModel):
+    """The SGLang release a profile serves with (:func:`kctl.launch.release_info`)."""
+
+    version: str = Field(description="the SGLang release the image holds")
+    source: Literal["image.sglang", "image.base's tag"]
+    launcher: str = Field(description="e.g. 'sglang serve'")
+    attention_backend: str = Field(description="--attention-backend as rendered")
+    kernel: Literal["plugin backend", "startup hook"] | None = Field(
+        description="how the kdtree kernel attaches; null: no kernel"
+    )
+
+
+class LaunchView(BaseModel):
+    """The server's command line and environment, secrets by reference."""
+
+    argv: list[str]
+    env: dict[str, str] = Field(
+        description="clear values, and <secret:env NAME> / <secret:file PATH> for server.secrets"
+    )
+    api_key: str | None = Field(description="the key's reference; null: none")
+
+
+class DriftCheckCost(BaseModel):
+    """The drift check the deploy runs on the running baseline before it reuses the
+    stored measurement."""
+
+    requests: int = Field(description="the check's requests in all")
+    bound_s: float = Field(description="its time bound, seconds at real-time scale")
+    estimated_s: float | None = Field(
+        description="its seconds at real-time scale, from the stored rates"
+    )
+    measure_requests: int = Field(
+        description="what measuring the baseline again sends, when the check finds a drift"
+    )
+
+
+class GatePlan(BaseModel):
+    """The gate a deploy runs."""
+
+    contexts: list[int]
+    requests: int
+    estimated_duration_s: float | None = Field(
+        description="from the baseline's stored measurement; null before one"
+    )
+    policy: dict[str, Any]
+    baseline_check: DriftCheckCost | None = Field(
+        description="null when the plan has none (no stored measurement, or the baseline "
+        "does not serve)"
+    )
+
+
+class PlanResult(BaseModel):
+    """The result of ``plan``: everything a deploy would do; changes nothing."""
+
+    profile: dict[str, Any] = Field(description="the resolved profile")
+    profile_hash: str
+    baseline: str | None
+    baseline_hash: str | None
+    runtime: str
+    simulate: bool
+    sglang: ReleaseInfo
+    warnings: list[str] = Field(
+        description="flags the release deprecates (accepted today), with the replacement; a "
+        "server on every interface without an API key"
+    )
+    launch: LaunchView
+    gate: GatePlan
+    stored_baseline_measurement: float | None = Field(
+        description="when the baseline's reusable stored measurement was taken (a UNIX "
+        "time); null: none"
+    )
+    preconditions: list[str]
+    steps: list[str]
+    revert: list[str]
+    plan: dict[str, Any] = Field(description="the steps as data, as the journal records them")
+    image: dict[str, Any] | None = Field(
+        default=None, description="docker runtime: the image a build gives (tag, Dockerfile ...)"
+    )
+    run_spec: dict[str, Any] | None = Field(
+        default=None, description="docker runtime: the container's run spec"
+    )
+
+
+def plan(ctx: Context, profile_path: str) -> PlanResult:
     from kctl.gate import estimate_duration, plan_workload
     from kctl.profile import profile_to_dict
 
@@ -62,7 +147,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         "baseline": baseline.source if baseline else None,
         "baseline_hash": baseline.content_hash if baseline else None,
         "runtime": kind.name,
-        **ctx.backend.describe(),
+        "simulate": bool(ctx.backend.describe()["simulate"]),
         "sglang": release_info(candidate),
         "warnings": [
             *argv_warnings(candidate),
@@ -96,7 +181,7 @@ def plan(ctx: Context, profile_path: str) -> dict[str, Any]:
         out["run_spec"] = plan_run_spec(
             dataclasses.replace(spec, image=str(image["tag"])), candidate
         )
-    return out
+    return PlanResult.model_validate(out)
 
 
 def _observe(ctx: Context, store: Store, candidate: Profile, baseline: Profile | None) -> Observed:

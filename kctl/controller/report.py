@@ -3,9 +3,10 @@ and the report ``kctl deploy`` writes next to the state when it ends."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
 
 from kctl.errors import UsageError
 
@@ -14,20 +15,20 @@ if TYPE_CHECKING:
     from kctl.store import Store
 
 
-@dataclass
-class ReportResult:
-    """What ``kctl report`` wrote; returned under ``--json``."""
+class ReportResult(BaseModel):
+    """What ``kctl report`` wrote (docs/report.md)."""
 
     deployment_id: str
     profile: str
-    status: str
-    verdict: str | None
-    path: str
-    #: what the page says is missing (no gate result, no baseline measurement ...)
-    missing: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    status: str = Field(description="the deployment's status: promoted, rejected ...")
+    verdict: str | None = Field(
+        description="PASS, FAIL, INCONCLUSIVE, UNHEALTHY ..., null before a verdict"
+    )
+    path: str = Field(description="the HTML file written")
+    missing: list[str] = Field(
+        description="what the page says is missing and why (no gate result, no baseline "
+        "measurement)"
+    )
 
 
 def report(

@@ -5,8 +5,9 @@ DEGRADED, and a signal aborts it at once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
 
 from kctl import secrets
 from kctl.controller import common
@@ -33,18 +34,19 @@ if TYPE_CHECKING:
     from kctl.store.records import Deployment
 
 
-@dataclass
-class RollbackResult:
-    deployment_id: str
-    target: str
-    profile: str
-    outcome: str  # restored | already-serving | cleared (no known-good: nothing serves)
-    reason: str
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+class RollbackResult(BaseModel):
+    """The result of ``rollback``."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    deployment_id: str = Field(description="the rollback's own record")
+    target: str = Field(description="the deployment restored; none when cleared")
+    profile: str
+    outcome: Literal["restored", "already-serving", "cleared"] = Field(
+        description="cleared: no known-good was ever verified; what a killed command left "
+        "was stopped, nothing serves"
+    )
+    reason: str
+    timings: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
 
 
 def rollback(
@@ -123,7 +125,14 @@ def _clear(ctx: Context, store: Store, runtime_kind: str | None) -> RollbackResu
         + (f"stopped {', '.join(state.stopped)}; " if state.stopped else "")
         + "nothing serves now"
     )
-    return RollbackResult(txn.id, "none", "none", "cleared", reason, warnings=host.warnings)
+    return RollbackResult(
+        deployment_id=txn.id,
+        target="none",
+        profile="none",
+        outcome="cleared",
+        reason=reason,
+        warnings=host.warnings,
+    )
 
 
 def _restore(
@@ -148,9 +157,14 @@ def _restore(
             record.id, status="promoted", reason=reason, exit_code=0, timings=timings
         )
         return RollbackResult(
-            record.id, target.id, profile.name, "already-serving", reason, timings=timings,
+            deployment_id=record.id,
+            target=target.id,
+            profile=profile.name,
+            outcome="already-serving",
+            reason=reason,
+            timings=timings,
             warnings=host.warnings,
-        )  # fmt: skip
+        )
     common.check_startable(
         target,
         profile,
@@ -187,9 +201,14 @@ def _restore(
     )
     txn.end("restored")
     return RollbackResult(
-        record.id, target.id, profile.name, "restored", reason, timings=timings,
+        deployment_id=record.id,
+        target=target.id,
+        profile=profile.name,
+        outcome="restored",
+        reason=reason,
+        timings=timings,
         warnings=host.warnings,
-    )  # fmt: skip
+    )
 
 
 def _restart(host: HostChange, runtime: Runtime, serving: tuple[Deployment, Instance]) -> bool:

@@ -3,11 +3,14 @@ import docker, torch or jinja2 on the local runtime's path."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field, computed_field
 
 from kctl.backend import noted
 from kctl.errors import KctlError, ServerBadStatus, ServerUnreachable, UsageError
+from kctl.lock.holder import LockInfo
+from kctl.store.records import DeploymentKind, DeploymentStatus
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -15,27 +18,148 @@ if TYPE_CHECKING:
     from kctl.store import Store
 
 
-@dataclass
-class StatusReport:
-    state_dir: str
-    serving: dict[str, Any] | None = None
-    health: str = "unknown"
-    known_good: dict[str, Any] | None = None
-    last_gate: dict[str, Any] | None = None
-    last_gate_table: str | None = None
-    interrupted: list[dict[str, Any]] = field(default_factory=list)
-    in_progress: dict[str, Any] | None = None
-    degraded: str | None = None
-    lock: dict[str, Any] | None = None
-    #: servers found on the host that the store does not say serve: ``deployment`` (None
-    #: for one kctl did not start), ``port``, ``process`` and ``note``
-    unmanaged: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    #: the last gate table's rows as data (see :func:`kctl.gate.report.gate_rows`)
-    last_gate_rows: list[dict[str, Any]] | None = None
-    #: the newest deploy's HTML report (``deployment``, ``path``), None when none was written
-    report: dict[str, str] | None = None
+class Record(BaseModel):
+    """A deployment record, as ``history`` lists them."""
 
+    id: str
+    profile: str
+    profile_hash: str
+    kind: DeploymentKind
+    status: DeploymentStatus
+    verdict: str | None = Field(
+        description="PASS, FAIL, INCONCLUSIVE, UNHEALTHY, INTERRUPTED, ERROR, BASELINE"
+    )
+    reason: str | None
+    started_at: str
+    ended_at: str | None
+    parent_id: str | None = Field(
+        description="the deployment a deploy replaced, or the one a rollback restored"
+    )
+    serving: bool = Field(description="this record serves now")
+    sglang_version: str | None = Field(
+        description="the SGLang version the server reported in /server_info after health; "
+        "null: never read"
+    )
+    overrides: list[str] = Field(
+        description="the --set FIELD=VALUE items the record's profile was loaded with, as "
+        "given; [] when none"
+    )
+
+
+class ServingRecord(Record):
+    """The serving record in ``status``: a record, with what serves it."""
+
+    server: dict[str, Any] | None = Field(
+        default=None,
+        description="the serving record's /server_info as recorded after health (effective "
+        "server arguments, scheduler figures, version)",
+    )
+    process: str | None = Field(
+        default=None, description="what the runtime says of its process; null: not checked"
+    )
+    ref: str | None = Field(default=None, description="the runtime's reference of its process")
+
+
+class LastGate(BaseModel):
+    """The last gate kctl ran: its deployment, verdict and timings."""
+
+    deployment: str
+    profile: str
+    verdict: str | None
+    reason: str | None
+    timings: dict[str, float] = Field(description="the deploy's wall-clock timings")
+
+
+class Figure(BaseModel):
+    """One of SGLang's figures for the baseline and the candidate (null: not measured)."""
+
+    baseline: float | None
+    candidate: float | None
+
+
+class GateRow(BaseModel):
+    """One bucket of the gate table."""
+
+    context: int = Field(description="prompt tokens")
+    concurrency: int
+    baseline: float | None = Field(description="median decode tok/s")
+    candidate: float | None = Field(description="median decode tok/s; null when skipped")
+    ratio: float | None
+    interval: tuple[float | None, float | None] | None = Field(description="[lo, hi] of the ratio")
+    threshold: float | None
+    verdict: Literal["PASS", "FAIL", "UNCLEAR", "INFO", "SKIPPED"]
+    completed: int
+    planned: int
+    ttft_s: Figure | None = Field(default=None, description="median time to first token")
+    itl_p50_s: Figure | None = None
+    itl_p99_s: Figure | None = None
+    accept_length: Figure | None = Field(
+        default=None, description="mean speculative acceptance length"
+    )
+
+
+class OpenTransaction(BaseModel):
+    """A journal transaction still open, and its last step."""
+
+    id: str
+    last_step: dict[str, Any] | None = Field(description="step, state and intent; null: none")
+
+
+class Unmanaged(BaseModel):
+    """A server on the host that the store does not say serves."""
+
+    deployment: str | None = Field(
+        description="kctl's deployment id; null: a server kctl did not start"
+    )
+    profile: str | None = Field(default=None, description="the profile of kctl's deployment")
+    port: int
+    process: str | None
+    health: str | None = Field(default=None, description="kctl's server only: its /health")
+    note: str
+
+
+class ReportPage(BaseModel):
+    """The newest deploy's HTML report."""
+
+    deployment: str
+    path: str
+
+
+class StatusReport(BaseModel):
+    """The result of ``status``: exit 4 (and ``needs_attention``) when the host needs a
+    human or ``kctl rollback``."""
+
+    state_dir: str
+    serving: ServingRecord | None = None
+    health: str = Field(
+        default="unknown",
+        description="healthy, unhealthy (HTTP n), unreachable (...), down, nothing serving, "
+        "unknown",
+    )
+    known_good: Record | None = None
+    last_gate: LastGate | None = None
+    last_gate_table: str | None = Field(default=None, description="the table as text, for humans")
+    interrupted: list[OpenTransaction] = Field(
+        default_factory=list, description="transactions a killed kctl left open"
+    )
+    in_progress: OpenTransaction | None = Field(
+        default=None, description="the transaction the lock holder runs now"
+    )
+    degraded: str | None = None
+    lock: LockInfo | None = Field(
+        default=None,
+        description="the deploy lock's holder (pid, host, command, started_at, stale ...)",
+    )
+    unmanaged: list[Unmanaged] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+    last_gate_rows: list[GateRow] | None = Field(
+        default=None, description="the last gate table as data, one row per bucket, in table order"
+    )
+    report: ReportPage | None = Field(
+        default=None, description="the newest deploy's HTML report, when the file is there"
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def needs_attention(self) -> bool:
         """True when a human (or `kctl rollback`) must act: exit code 4 for scripts. A
@@ -43,9 +167,6 @@ class StatusReport:
         unless a command running now is bringing it up."""
         silent = self.health.startswith("unreachable") and self.in_progress is None
         return bool(self.degraded or self.interrupted or self.health == "down" or silent)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "needs_attention": self.needs_attention}
 
 
 def _dep_summary(dep: Any, serving_id: str | None = None) -> dict[str, Any]:
@@ -70,6 +191,11 @@ def _dep_summary(dep: Any, serving_id: str | None = None) -> dict[str, Any]:
     }
 
 
+def record(dep: Any, serving_id: str | None = None) -> Record:
+    """The record of ``dep`` for ``history`` (see :func:`_dep_summary`)."""
+    return Record.model_validate(_dep_summary(dep, serving_id))
+
+
 def probe_health(host: str, port: int, timeout_s: float = 3.0) -> str:
     """One GET /health, for display: 'healthy', 'unhealthy (HTTP 503)' or 'unreachable (...)'."""
     from kctl.sglang.client import SGLangClient
@@ -89,7 +215,7 @@ def status(ctx: Context) -> StatusReport:
     report = StatusReport(state_dir=str(ctx.state_dir))
     lock = DeployLock(ctx.state_dir).inspect()
     if lock is not None:
-        report.lock = lock.to_dict() if hasattr(lock, "to_dict") else dict(lock.__dict__)
+        report.lock = lock
     if not (ctx.state_dir / "kctl.db").exists():
         report.problems.append("nothing deployed yet (no state in this state dir)")
         return report
@@ -99,14 +225,14 @@ def status(ctx: Context) -> StatusReport:
         _serving(ctx, report, store)
         known = store.last_known_good()
         if known is not None:
-            report.known_good = _dep_summary(known, (report.serving or {}).get("id"))
+            report.known_good = record(known, report.serving.id if report.serving else None)
         _last_gate(ctx, report, store)
         report.report = _last_report(ctx, store)
         _host(ctx, report, store)
-        ours = [u for u in report.unmanaged if u["deployment"]]
+        ours = [u for u in report.unmanaged if u.deployment]
         if report.serving is None and ours:
             # the store names nothing, but a server of kctl's answers: say so, not "nothing"
-            report.health = f"{ours[0]['health']} ({ours[0]['deployment']}, not verified)"
+            report.health = f"{ours[0].health} ({ours[0].deployment}, not verified)"
         # the newest transaction (deploy or rollback) says whether the host was left DEGRADED
         latest = store.list_deployments(limit=1, kinds=("deploy", "rollback"))
         if latest and latest[0].status in ("degraded", "aborted"):
@@ -122,14 +248,14 @@ def status(ctx: Context) -> StatusReport:
 def _transactions(report: StatusReport, store: Store) -> None:
     """Open journal transactions: the one running now (its kctl holds the lock), or
     interrupted ones a killed kctl left."""
-    running_now = report.lock is not None and not report.lock.get("stale")
+    running_now = report.lock is not None and not report.lock.stale
     for txn in store.open_transactions():
         last = txn.last_step
         step = {"step": last.step, "state": last.state, "intent": last.intent} if last else None
         if running_now:
-            report.in_progress = {"id": txn.txn, "last_step": step}
+            report.in_progress = OpenTransaction(id=txn.txn, last_step=step)
             continue
-        report.interrupted.append({"id": txn.txn, "last_step": step})
+        report.interrupted.append(OpenTransaction(id=txn.txn, last_step=step))
         where = f" at step {step['step']!r}" if step else ""
         report.problems.append(
             f"deployment {txn.txn} was interrupted{where} and not resolved; "
@@ -143,8 +269,7 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
     if dep is None:
         report.health = "nothing serving"
         return
-    summary = _dep_summary(dep, dep.id)
-    summary["server"] = dep.server
+    summary = ServingRecord.model_validate({**_dep_summary(dep, dep.id), "server": dep.server})
     report.serving = summary
     inst = dep.instance_obj()
     if inst is None:
@@ -155,8 +280,8 @@ def _serving(ctx: Context, report: StatusReport, store: Store) -> None:
         report.health = "unknown"
         report.problems.append(f"cannot check {dep.id}: {exc}")
         return
-    summary["process"] = state.detail
-    summary["ref"] = inst.ref
+    summary.process = state.detail
+    summary.ref = inst.ref
     if state.running:
         host = (dep.profile or {}).get("server", {}).get("host", "127.0.0.1")
         report.health = probe_health(host, inst.port)
@@ -184,8 +309,8 @@ def _host(ctx: Context, report: StatusReport, store: Store) -> None:
     from kctl.runtime.base import port_listening
 
     recent = store.list_deployments(limit=_HOST_LOOKBACK)
-    serving_ref = (report.serving or {}).get("ref")
-    open_ids = {t["id"] for t in report.interrupted}
+    serving_ref = report.serving.ref if report.serving else None
+    open_ids = {t.id for t in report.interrupted}
     owned_ports: set[int] = set()
     for inst in _owned(ctx, recent, report):
         owned_ports.add(inst.port)
@@ -199,28 +324,28 @@ def _host(ctx: Context, report: StatusReport, store: Store) -> None:
         )
         health = probe_health(_host_of(recent, inst.deployment_id), inst.port)
         report.unmanaged.append(
-            {
-                "deployment": inst.deployment_id,
-                "profile": _profile_name(recent, inst.deployment_id),
-                "port": inst.port,
-                "process": inst.ref,
-                "health": health,
-                "note": f"kctl's server of {inst.deployment_id} runs on port {inst.port} "
+            Unmanaged(
+                deployment=inst.deployment_id,
+                profile=_profile_name(recent, inst.deployment_id),
+                port=inst.port,
+                process=inst.ref,
+                health=health,
+                note=f"kctl's server of {inst.deployment_id} runs on port {inst.port} "
                 f"({health}), but {why}; `kctl rollback` reconciles it",
-            }
+            )
         )
     for host, port in _ports(recent):
         if port in owned_ports or not port_listening(port, host):
             continue
         owned_ports.add(port)
         report.unmanaged.append(
-            {
-                "deployment": None,
-                "port": port,
-                "process": None,
-                "note": f"something kctl does not own listens on {host}:{port}; "
+            Unmanaged(
+                deployment=None,
+                port=port,
+                process=None,
+                note=f"something kctl does not own listens on {host}:{port}; "
                 "stop it before deploying there",
-            }
+            )
         )
 
 
@@ -279,20 +404,20 @@ def _last_gate(ctx: Context, report: StatusReport, store: Store) -> None:
     if last_gate is None:
         return
     gate_dep, data = last_gate
-    report.last_gate = {
-        "deployment": gate_dep.id,
-        "profile": gate_dep.profile_name,
-        "verdict": gate_dep.verdict,
-        "reason": gate_dep.reason,
-        "timings": gate_dep.timings,
-    }
+    report.last_gate = LastGate(
+        deployment=gate_dep.id,
+        profile=gate_dep.profile_name,
+        verdict=gate_dep.verdict,
+        reason=gate_dep.reason,
+        timings=gate_dep.timings or {},
+    )
     table, rows = _table_from(data)
     if table is not None:
         report.last_gate_table = noted(ctx.backend, _profile_or_none(gate_dep), table)
-    report.last_gate_rows = rows
+    report.last_gate_rows = None if rows is None else [GateRow.model_validate(r) for r in rows]
 
 
-def _last_report(ctx: Context, store: Store) -> dict[str, str] | None:
+def _last_report(ctx: Context, store: Store) -> ReportPage | None:
     """The report ``kctl deploy`` wrote for the newest deploy, when the file is there."""
     from kctl.report import report_path
 
@@ -300,7 +425,7 @@ def _last_report(ctx: Context, store: Store) -> dict[str, str] | None:
     if not latest:
         return None
     path = report_path(ctx.state_dir, latest[0].id)
-    return {"deployment": latest[0].id, "path": str(path)} if path.is_file() else None
+    return ReportPage(deployment=latest[0].id, path=str(path)) if path.is_file() else None
 
 
 def _profile_or_none(deployment: Any) -> Profile | None:
@@ -331,14 +456,14 @@ def _table_from(data: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]] 
         return None, None
 
 
-def history(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
+def history(ctx: Context, limit: int = 20) -> list[Record]:
     if not (ctx.state_dir / "kctl.db").exists():
         return []
     store = ctx.open_store(read_only=True)
     try:
         serving = store.serving()
         serving_id = serving.id if serving is not None else None
-        return [_dep_summary(d, serving_id) for d in store.list_deployments(limit=limit)]
+        return [record(d, serving_id) for d in store.list_deployments(limit=limit)]
     finally:
         store.close()
 

@@ -6,9 +6,12 @@ is :func:`kctl.fleet.service.service_spec`'s, with the image tag a build would g
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from kctl.controller import common
+from kctl.controller.plan import ReleaseInfo
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy
 from kctl.fleet.service import Placement, service_spec
@@ -21,7 +24,39 @@ if TYPE_CHECKING:
     from kctl.controller.context import Context
 
 
-def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, Any]:
+class FleetPlan(BaseModel):
+    """The result of ``plan PROFILE --fleet FLEET``: the rollout a deploy would run on the
+    fleet. Reads the fleet's store only (no orchestrator is asked); changes nothing."""
+
+    fleet: str
+    source: str = Field(description="the fleet file")
+    orchestrator: Literal["Swarm", "the simulated orchestrator"]
+    manager: str | None = Field(description="swarm.manager; null: DOCKER_HOST")
+    replicas: int
+    min_healthy: int = Field(description="replicas serving at every step")
+    node_engines: dict[str, str] = Field(
+        description="swarm.engines: where kctl copies the serving images"
+    )
+    profile: dict[str, Any] = Field(description="the resolved profile")
+    profile_hash: str
+    baseline: str | None
+    serving: str | None = Field(description="the deployment the fleet's store says serves")
+    serving_profile: str | None
+    already_serving: bool = Field(description="a deploy does nothing without --force")
+    sglang: ReleaseInfo
+    warnings: list[str]
+    image: str | None = Field(description="the tag a build gives; null under --simulate")
+    preconditions: list[str]
+    steps: list[str]
+    revert: list[str]
+    plan: dict[str, Any] = Field(description="the steps as data, as the journal records them")
+    placement_note: str | None
+    service_spec: dict[str, Any] = Field(
+        description="the Engine API ServiceSpec of the fleet's service"
+    )
+
+
+def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> FleetPlan:
     from kctl.image import plan_image
     from kctl.profile import profile_to_dict
 
@@ -46,79 +81,80 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> dict[str, An
     image = str(plan_image(candidate, repo_root=ctx.repo_root)["tag"]) if built else None
     launch = common.launch_spec_for(ctx, candidate, "<new>", image)
     placement = Placement.of(fleet)  # no Swarm asked: a list of nodes is applied at deploy
-    return {
-        "fleet": fleet.name,
-        "source": fleet.source,
-        "orchestrator": "the simulated orchestrator"
-        if ctx.backend.describe()["simulate"]
-        else "Swarm",
-        "manager": fleet.swarm.manager,
-        "replicas": fleet.replicas,
-        "min_healthy": fleet.min_healthy,
-        "node_engines": dict(fleet.swarm.engines),
-        "profile": profile_to_dict(candidate),
-        "profile_hash": candidate.content_hash,
-        "baseline": baseline.source if baseline else None,
-        "serving": serving_id,
-        "serving_profile": seen.serving,
-        #: a deploy of the profile that serves does nothing without --force
-        "already_serving": seen.serving_hash == candidate.content_hash,
-        "sglang": release_info(candidate),
-        "warnings": [
-            *argv_warnings(candidate),
-            *mismatches,
-            *exposure_warnings(candidate, bind=fleet.bind, where=fleet.source),
-        ],
-        "image": image,
-        "preconditions": [
-            "the fleet's lock",
-            "reconcile interrupted rollouts",
-            "the Swarm manager reachable",
-            "build images (content-addressed; skipped when unchanged)",
-            "the images on every node that may run a replica (copied through swarm.engines)",
-        ],
-        "steps": [s.describe() for s in steps.steps],
-        "revert": [s.describe() for s in steps.revert],
-        "plan": steps.to_dict(),
-        "placement_note": (
-            f"swarm.nodes {list(fleet.swarm.nodes)}: a deploy adds one node.hostname!= "
-            "constraint for each other node of the Swarm (Swarm cannot say 'one of')"
-            if len(fleet.swarm.nodes) > 1
-            else None
-        ),
-        "service_spec": service_spec(
-            fleet, candidate, launch, owner=str(state), placement=placement
-        ),  # fmt: skip
-    }
+    return FleetPlan.model_validate(
+        {
+            "fleet": fleet.name,
+            "source": fleet.source,
+            "orchestrator": "the simulated orchestrator"
+            if ctx.backend.describe()["simulate"]
+            else "Swarm",
+            "manager": fleet.swarm.manager,
+            "replicas": fleet.replicas,
+            "min_healthy": fleet.min_healthy,
+            "node_engines": dict(fleet.swarm.engines),
+            "profile": profile_to_dict(candidate),
+            "profile_hash": candidate.content_hash,
+            "baseline": baseline.source if baseline else None,
+            "serving": serving_id,
+            "serving_profile": seen.serving,
+            #: a deploy of the profile that serves does nothing without --force
+            "already_serving": seen.serving_hash == candidate.content_hash,
+            "sglang": release_info(candidate),
+            "warnings": [
+                *argv_warnings(candidate),
+                *mismatches,
+                *exposure_warnings(candidate, bind=fleet.bind, where=fleet.source),
+            ],
+            "image": image,
+            "preconditions": [
+                "the fleet's lock",
+                "reconcile interrupted rollouts",
+                "the Swarm manager reachable",
+                "build images (content-addressed; skipped when unchanged)",
+                "the images on every node that may run a replica (copied through swarm.engines)",
+            ],
+            "steps": [s.describe() for s in steps.steps],
+            "revert": [s.describe() for s in steps.revert],
+            "plan": steps.to_dict(),
+            "placement_note": (
+                f"swarm.nodes {list(fleet.swarm.nodes)}: a deploy adds one node.hostname!= "
+                "constraint for each other node of the Swarm (Swarm cannot say 'one of')"
+                if len(fleet.swarm.nodes) > 1
+                else None
+            ),
+            "service_spec": service_spec(
+                fleet, candidate, launch, owner=str(state), placement=placement
+            ),  # fmt: skip
+        }
+    )
 
 
-def plan_fleet_text(result: dict[str, Any]) -> str:
+def plan_fleet_text(plan: FleetPlan) -> str:
     import json
 
     from kctl.launch import describe_release
 
-    serving = result["serving"]
     lines = [
-        f"fleet {result['fleet']} ({result['source']}): {result['replicas']} replicas on "
-        f"{result['orchestrator']}, at least {result['min_healthy']} serving at every step",
-        f"profile {result['profile']['name']} (hash {result['profile_hash'][:12]}), "
-        f"image {result['image'] or 'none (simulated replicas run locally)'}",
-        f"serving: {result['serving_profile']} ({serving})" if serving else "serving: nothing",
+        f"fleet {plan.fleet} ({plan.source}): {plan.replicas} replicas on "
+        f"{plan.orchestrator}, at least {plan.min_healthy} serving at every step",
+        f"profile {plan.profile['name']} (hash {plan.profile_hash[:12]}), "
+        f"image {plan.image or 'none (simulated replicas run locally)'}",
+        f"serving: {plan.serving_profile} ({plan.serving})" if plan.serving else "serving: nothing",
         *(
             ["  it serves this very profile: `kctl deploy` does nothing without --force"]
-            if result["already_serving"]
+            if plan.already_serving
             else []
         ),  # fmt: skip
-        describe_release(result["sglang"]),
-        *(f"  warning: {w}" for w in result["warnings"]),
-        "preconditions: " + ", ".join(result["preconditions"]),
+        describe_release(plan.sglang.model_dump()),
+        *(f"  warning: {w}" for w in plan.warnings),
+        "preconditions: " + ", ".join(plan.preconditions),
         "steps:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result["steps"])),
+        *(f"  {i + 1}. {s}" for i, s in enumerate(plan.steps)),
         "on failure after the fleet changed:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result["revert"])),
-        *([f"placement: {result['placement_note']}"] if result["placement_note"] else []),
+        *(f"  {i + 1}. {s}" for i, s in enumerate(plan.revert)),
+        *([f"placement: {plan.placement_note}"] if plan.placement_note else []),
         "",
         "service spec:",
-        json.dumps(result["service_spec"], indent=2, default=str),
+        json.dumps(plan.service_spec, indent=2, default=str),
     ]
     return "\n".join(lines)

@@ -33,6 +33,7 @@ from kctl.fleet.drivers import fleet_driver
 from kctl.fleet.executor import FleetExecutor, FleetState, place_images
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
+from kctl.fleet.results import FleetDeployResult, FleetRollbackResult
 from kctl.profile.compare import gate_mismatches
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def reconcile(host: HostChange, driver: FleetDriver, *, resolver: str) -> list[s
 
 def deploy_fleet(
     ctx: Context, profile_path: str, fleet_path: str, *, force: bool = False
-) -> dict[str, Any]:
+) -> FleetDeployResult:
     candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     fleet = load_fleet(fleet_path)
     # the profile's own kind: under --simulate a docker profile runs as the simulator
@@ -116,9 +117,9 @@ def deploy_fleet(
         if view is None or serving is None or view.deployment != serving.id:
             serving = None  # a service kctl did not record (or none): start from scratch
         if serving is not None and serving.profile_hash == candidate.content_hash and not force:
-            return {"fleet": fleet.name, "deployment_id": serving.id, "profile": candidate.name,
-                    "outcome": "already-serving", "serving": serving.id, "warnings": host.warnings,
-                    "reason": f"{serving.id} already serves this profile on the fleet; use --force"}  # fmt: skip
+            return FleetDeployResult(fleet=fleet.name, deployment_id=serving.id, profile=candidate.name,
+                    outcome="already-serving", serving=serving.id, warnings=host.warnings,
+                    reason=f"{serving.id} already serves this profile on the fleet; use --force")  # fmt: skip
         if view is not None and serving is None:
             raise PreconditionFailed(
                 f"service {view.name} exists but this state dir never recorded it serving",
@@ -154,22 +155,24 @@ def deploy_fleet(
         return _result(ex, "promoted" if baseline else "established", host.warnings)
 
 
-def _result(ex: FleetExecutor, outcome: str, warnings: list[str]) -> dict[str, Any]:
+def _result(ex: FleetExecutor, outcome: str, warnings: list[str]) -> FleetDeployResult:
     st = ex.state
     assert st.candidate is not None
-    return {
-        "fleet": st.fleet.name,
-        "deployment_id": st.txn_id,
-        "profile": st.candidate.name,
-        "outcome": outcome,
-        "reason": st.reason,
-        "serving": st.restored if outcome == "rejected" else st.txn_id,
-        "verdict": st.verdict,
-        "table": st.table,
-        "smoke": list(st.smoked),
-        "timings": ex.timer.total(),
-        "warnings": list(warnings),
-    }
+    return FleetDeployResult.model_validate(
+        {
+            "fleet": st.fleet.name,
+            "deployment_id": st.txn_id,
+            "profile": st.candidate.name,
+            "outcome": outcome,
+            "reason": st.reason,
+            "serving": st.restored if outcome == "rejected" else st.txn_id,
+            "verdict": st.verdict,
+            "table": st.table,
+            "smoke": list(st.smoked),
+            "timings": ex.timer.total(),
+            "warnings": list(warnings),
+        }
+    )
 
 
 def _fail(ex: FleetExecutor, store: Store, revert: tuple[Any, ...], exc: BaseException) -> NoReturn:
@@ -215,17 +218,17 @@ def _fail(ex: FleetExecutor, store: Store, revert: tuple[Any, ...], exc: BaseExc
     store.end_transaction(st.txn_id, "rolled back")
     st.reason, st.verdict = reason, verdict
     result = _result(ex, "rejected", [])
-    result["table"] = table or st.table
+    result.table = table or st.table
     restored = st.restored or "nothing (no service before)"
     raise CandidateRejected(
-        f"candidate {result['profile']} rejected on fleet {st.fleet.name}: {reason}; "
+        f"candidate {result.profile} rejected on fleet {st.fleet.name}: {reason}; "
         f"every replica back on {restored}, verified",
         result=result,
         log_tail=getattr(exc, "log_tail", "") or "",
     ) from exc
 
 
-def rollback_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
+def rollback_fleet(ctx: Context, fleet_path: str) -> FleetRollbackResult:
     """Every replica back to the fleet's known-good baseline, each verified."""
     fleet = load_fleet(fleet_path)
     fctx = fleet_context(ctx, fleet)
@@ -272,6 +275,6 @@ def rollback_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
             record.id, status="promoted", reason=reason, exit_code=0, timings=ex.timer.total()
         )
         host.transaction(record.id).end("restored")
-        return {"fleet": fleet.name, "deployment_id": record.id, "target": target.id,
-                "profile": target.profile_name, "outcome": "restored", "reason": reason,
-                "timings": ex.timer.total(), "warnings": host.warnings}  # fmt: skip
+        return FleetRollbackResult(fleet=fleet.name, deployment_id=record.id, target=target.id,
+                profile=target.profile_name, outcome="restored", reason=reason,
+                timings=ex.timer.total(), warnings=host.warnings)  # fmt: skip

@@ -6,14 +6,117 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, Field
+
+from kctl.controller.status import Record
 from kctl.fleet.loader import load_fleet
 from kctl.fleet.rollout import driver_for, fleet_context
 from kctl.lock import DeployLock
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
-    from kctl.fleet.view import ServiceView
+    from kctl.fleet.view import Replica, ServiceView
     from kctl.store import Store
+
+
+class ReplicaState(BaseModel):
+    """One replica slot as the orchestrator sees it now (its current task)."""
+
+    slot: int = Field(ge=1)
+    task: str
+    node: str
+    node_state: str = Field(description="ready, down, unknown, disconnected")
+    state: str = Field(
+        description="the task's state: new ... starting, running, failed, shutdown, complete"
+    )
+    desired: str
+    deployment: str
+    profile: str
+    profile_hash: str
+    image: str
+    args: list[str]
+    host: str
+    port: int
+    error: str
+    healthy: bool = Field(description="running, desired running, health check passed")
+
+
+class ServedReplica(ReplicaState):
+    """A replica of the main service, with the last gate of what it runs."""
+
+    last_gate: str = Field(
+        description="the verdict (or status) of the record of the deployment it runs"
+    )
+
+
+class ServiceState(BaseModel):
+    """A fleet service as the orchestrator reports it, without its replicas."""
+
+    name: str
+    id: str
+    version: int
+    deployment: str = Field(description="what the service's spec runs")
+    profile: str
+    profile_hash: str
+    image: str = Field(description="empty under --simulate (local processes)")
+    desired_replicas: int
+    previous_deployment: str = Field(
+        description="what the previous spec ran ('' when none): a rollback goes there"
+    )
+    update_state: str = Field(
+        description="'' (never updated), updating, completed, paused, rollback_started, "
+        "rollback_completed, rollback_paused"
+    )
+    update_message: str
+
+
+class CanaryState(ServiceState):
+    """The canary service, with its replica."""
+
+    replicas: list[ReplicaState]
+
+
+class NodeState(BaseModel):
+    """One node of the orchestrator."""
+
+    model_config = {"extra": "forbid"}
+
+    hostname: str
+    state: str = Field(description="ready, down, unknown, disconnected")
+    availability: str = Field(description="active, pause, drain")
+    addr: str
+    engine: str | None = Field(
+        description="its swarm.engines entry: where kctl copies images; null: none"
+    )
+
+
+class FleetStatus(BaseModel):
+    """The result of ``status --fleet``: exit 4 (and ``needs_attention``) when the fleet
+    needs a human or ``kctl rollback --fleet``."""
+
+    model_config = {"extra": "forbid"}
+
+    fleet: str
+    driver: str = Field(description="swarm, or simulated under --simulate")
+    serving: dict[str, Any] | None = Field(
+        description="the fleet's serving deployment, the full stored record (profile "
+        "resolved, timings); null: none"
+    )
+    service: ServiceState | None = Field(
+        description="the main service as the orchestrator reports it, without its replicas"
+    )
+    replicas: list[ServedReplica]
+    nodes: list[NodeState] = Field(
+        description="the orchestrator's nodes (one, this host, under --simulate)"
+    )
+    canary: CanaryState | None = Field(
+        description="the canary service with its replica, while one exists"
+    )
+    rollout_running: bool = Field(description="a kctl holds the fleet's lock and a rollout is open")
+    interrupted: list[str] = Field(description="rollouts a killed kctl left open")
+    problems: list[str]
+    needs_attention: bool
+    hint: str | None = Field(description="the next command, e.g. kctl rollback --fleet FLEET")
 
 
 def _last_gates(store: Store | None, view: ServiceView | None) -> dict[str, str]:
@@ -31,7 +134,7 @@ def _last_gates(store: Store | None, view: ServiceView | None) -> dict[str, str]
     return out
 
 
-def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
+def status_fleet(ctx: Context, fleet_path: str) -> FleetStatus:
     fleet = load_fleet(fleet_path)
     fctx = fleet_context(ctx, fleet)
     driver = driver_for(fctx, fleet)
@@ -57,39 +160,47 @@ def status_fleet(ctx: Context, fleet_path: str) -> dict[str, Any]:
         problems.append(f"{on}/{want} replicas run the known-good {serving.id}, healthy")
     if canary is not None and not running:
         problems.append(f"a canary service ({canary.name}) is left over")
-    replicas = []
-    for r in view.replicas if view else ():
-        row = r.to_dict()
-        row["last_gate"] = gates.get(r.deployment, "")
-        replicas.append(row)
-    return {
-        "fleet": fleet.name,
-        "driver": driver.name,
-        "serving": serving.to_dict() if serving else None,
-        "service": None
-        if view is None
-        else {k: v for k, v in view.to_dict().items() if k != "replicas"},
-        "replicas": replicas,
-        "nodes": [
-            {
-                "hostname": n.hostname,
-                "state": n.state,
-                "availability": n.availability,
-                "addr": n.addr,
-                "engine": fleet.swarm.engines.get(n.hostname),
-            }
+    replicas = [
+        ServedReplica.model_validate(
+            {**_replica(r).model_dump(), "last_gate": gates.get(r.deployment, "")}
+        )
+        for r in (view.replicas if view else ())
+    ]
+    return FleetStatus(
+        fleet=fleet.name,
+        driver=driver.name,
+        serving=serving.to_dict() if serving else None,
+        service=None if view is None else ServiceState.model_validate(view, from_attributes=True),
+        replicas=replicas,
+        nodes=[
+            NodeState(
+                hostname=n.hostname,
+                state=n.state,
+                availability=n.availability,
+                addr=n.addr,
+                engine=fleet.swarm.engines.get(n.hostname),
+            )
             for n in driver.nodes()
         ],  # fmt: skip
-        "canary": canary.to_dict() if canary else None,
-        "rollout_running": running and bool(open_txns),
-        "interrupted": [t.txn for t in open_txns] if not running else [],
-        "problems": problems,
-        "needs_attention": bool(problems),
-        "hint": f"kctl rollback --fleet {fleet_path}" if problems else None,
-    }
+        canary=None
+        if canary is None
+        else CanaryState(
+            **ServiceState.model_validate(canary, from_attributes=True).model_dump(),
+            replicas=[_replica(r) for r in canary.replicas],
+        ),
+        rollout_running=running and bool(open_txns),
+        interrupted=[t.txn for t in open_txns] if not running else [],
+        problems=problems,
+        needs_attention=bool(problems),
+        hint=f"kctl rollback --fleet {fleet_path}" if problems else None,
+    )
 
 
-def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[dict[str, Any]]:
+def _replica(r: Replica) -> ReplicaState:
+    return ReplicaState.model_validate(r, from_attributes=True)
+
+
+def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[Record]:
     """The fleet's rollouts and rollbacks, newest first, as ``kctl history`` lists a host's."""
     from kctl.controller.status import history
 
@@ -97,12 +208,12 @@ def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[dict[str, A
     return history(fleet_context(ctx, fleet), limit)
 
 
-def status_text(report: dict[str, Any]) -> str:
+def status_text(report: FleetStatus) -> str:
     from kctl.render import table, to_text
 
-    serving = report["serving"]
+    serving = report.serving
     lines = [
-        f"fleet {report['fleet']} ({report['driver']}): "
+        f"fleet {report.fleet} ({report.driver}): "
         + (
             f"serving {serving['profile_name']} ({serving['id']})"
             if serving
@@ -111,27 +222,23 @@ def status_text(report: dict[str, Any]) -> str:
     ]
     t = table(("slot", "left"), ("node", "left"), ("port", "right"), ("profile", "left"),
               ("image", "left"), ("health", "left"), ("last gate", "left"))  # fmt: skip
-    for r in report["replicas"]:
-        health = (
-            "healthy"
-            if r["healthy"]
-            else f"{r['state']}" + (f" ({r['error']})" if r["error"] else "")
-        )
-        node = r["node"] + ("" if r["node_state"] == "ready" else f" [{r['node_state']}]")
-        t.add_row(str(r["slot"]), node, str(r["port"]), f"{r['profile']} {r['deployment']}",
-                  r["image"], health, r["last_gate"])  # fmt: skip
+    for r in report.replicas:
+        health = "healthy" if r.healthy else r.state + (f" ({r.error})" if r.error else "")
+        node = r.node + ("" if r.node_state == "ready" else f" [{r.node_state}]")
+        t.add_row(str(r.slot), node, str(r.port), f"{r.profile} {r.deployment}",
+                  r.image, health, r.last_gate)  # fmt: skip
     lines.append(to_text(t).rstrip())
-    if len(report["nodes"]) > 1 or any(n["state"] != "ready" for n in report["nodes"]):
+    if len(report.nodes) > 1 or any(n.state != "ready" for n in report.nodes):
         lines.append("nodes: " + ", ".join(
-            f"{n['hostname']} ({n['state']}" + ("" if n["availability"] == "active" else f", {n['availability']}")
-            + (f", engine {n['engine']})" if n["engine"] else ")")
-            for n in report["nodes"]
+            f"{n.hostname} ({n.state}" + ("" if n.availability == "active" else f", {n.availability}")
+            + (f", engine {n.engine})" if n.engine else ")")
+            for n in report.nodes
         ))  # fmt: skip
-    if report["canary"]:
-        lines.append(f"canary: {report['canary']['profile']} ({report['canary']['deployment']})")
-    if report["rollout_running"]:
+    if report.canary:
+        lines.append(f"canary: {report.canary.profile} ({report.canary.deployment})")
+    if report.rollout_running:
         lines.append("a rollout is running now")
-    lines += [f"attention: {p}" for p in report["problems"]]
-    if report["hint"]:
-        lines.append(f"  next: {report['hint']}")
+    lines += [f"attention: {p}" for p in report.problems]
+    if report.hint:
+        lines.append(f"  next: {report.hint}")
     return "\n".join(lines)

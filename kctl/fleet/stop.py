@@ -12,7 +12,9 @@ service again on it, every replica verified, and ``kctl deploy`` starts from scr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from kctl.controller.host import changing_host, new_txn_id
 from kctl.controller.steps import Step
@@ -41,7 +43,39 @@ class RemoveService(Step):
 STEPS = (RemoveService("canary"), RemoveService("main"))
 
 
-def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
+class StoppedReplica(BaseModel):
+    """A replica that was running when its service was removed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["main", "canary"]
+    slot: int
+    node: str
+    port: int
+    profile: str
+    deployment: str
+
+
+class FleetStopResult(BaseModel):
+    """The result of ``stop --fleet FLEET --yes``: the fleet's services removed, every
+    replica stopped; the known-good record kept (``kctl rollback --fleet FLEET`` brings it
+    back)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    driver: str = Field(description="swarm, or simulated under --simulate")
+    removed: list[str] = Field(
+        description="the services removed (the canary first); empty: nothing ran"
+    )
+    stopped: list[StoppedReplica]
+    known_good: str | None = Field(
+        description="the deployment `kctl rollback --fleet` would restore"
+    )
+    warnings: list[str]
+
+
+def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> FleetStopResult:
     """Remove the fleet's services; ``stopped``: one row per replica that was running."""
     if not yes:
         raise UsageError(
@@ -64,7 +98,7 @@ def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
                     f"(`docker service rm {view.name}`)",
                 )
         txn = host.transaction(new_txn_id("s"))
-        stopped: list[dict[str, Any]] = []
+        stopped: list[StoppedReplica] = []
         removed: list[str] = []
         for step in STEPS:
             view = views[step.role]
@@ -72,28 +106,28 @@ def stop_fleet(ctx: Context, fleet_path: str, *, yes: bool) -> dict[str, Any]:
                 if driver.remove(step.role):
                     removed.append(view.name if view else step.role)
                     stopped += [
-                        {
-                            "role": step.role,
-                            "slot": r.slot,
-                            "node": r.node,
-                            "port": r.port,
-                            "profile": r.profile,
-                            "deployment": r.deployment,
-                        }  # fmt: skip
+                        StoppedReplica(
+                            role=step.role,
+                            slot=r.slot,
+                            node=r.node,
+                            port=r.port,
+                            profile=r.profile,
+                            deployment=r.deployment,
+                        )  # fmt: skip
                         for r in (view.replicas if view else ())
                     ]
                     fctx.reporter.event(f"removed the {step.role} service {removed[-1]}")
         host.store.set_serving(None)
         txn.end("stopped")
         known_good = host.store.last_known_good()
-    return {
-        "fleet": fleet.name,
-        "driver": driver.name,
-        "removed": removed,
-        "stopped": stopped,
-        "known_good": known_good.id if known_good else None,
-        "warnings": host.warnings,
-    }
+    return FleetStopResult(
+        fleet=fleet.name,
+        driver=driver.name,
+        removed=removed,
+        stopped=stopped,
+        known_good=known_good.id if known_good else None,
+        warnings=host.warnings,
+    )
 
 
 def _recorded(store: Store, deployment: str) -> bool:
@@ -106,20 +140,20 @@ def _recorded(store: Store, deployment: str) -> bool:
         return False
 
 
-def stop_text(result: dict[str, Any], fleet_path: str) -> str:
-    if not result["removed"]:
-        return f"fleet {result['fleet']}: nothing ran; nothing to stop"
+def stop_text(result: FleetStopResult, fleet_path: str) -> str:
+    if not result.removed:
+        return f"fleet {result.fleet}: nothing ran; nothing to stop"
     lines = [
-        f"fleet {result['fleet']}: stopped {len(result['stopped'])} replica(s) "
-        f"({', '.join(result['removed'])} removed)"
+        f"fleet {result.fleet}: stopped {len(result.stopped)} replica(s) "
+        f"({', '.join(result.removed)} removed)"
     ]
     lines += [
-        f"  {r['role']} slot {r['slot']} on {r['node']}:{r['port']} ({r['profile']} {r['deployment']})"
-        for r in result["stopped"]
+        f"  {r.role} slot {r.slot} on {r.node}:{r.port} ({r.profile} {r.deployment})"
+        for r in result.stopped
     ]
-    if result["known_good"]:
+    if result.known_good:
         lines.append(
-            f"the known-good {result['known_good']} is kept: "
+            f"the known-good {result.known_good} is kept: "
             f"`kctl rollback --fleet {fleet_path}` brings every replica back on it"
         )
     return "\n".join(lines)

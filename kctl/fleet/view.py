@@ -5,7 +5,7 @@ rollout, ``status`` and the tests read only these."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 #: Swarm's update states that mean the service's spec went (or goes) back to the previous one
@@ -39,12 +39,6 @@ class Replica:
     @property
     def healthy(self) -> bool:
         return self.state == "running" and self.desired == "running"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["args"] = list(self.args)
-        d["healthy"] = self.healthy
-        return d
 
 
 @dataclass(frozen=True)
@@ -80,11 +74,6 @@ class ServiceView:
             and len(self.on(deployment)) >= self.desired_replicas
             and self.update_state not in IN_PROGRESS
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["replicas"] = [r.to_dict() for r in self.replicas]
-        return d
 
 
 @dataclass(frozen=True)

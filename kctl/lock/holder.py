@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
 
 
 def format_age(seconds: float) -> str:
@@ -67,9 +66,6 @@ class LockInfo:
             f"pid {self.pid} on {self.host} running `{self.command}`{dep}, "
             f"for {format_age(self.age_s(now))}"
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def to_file(self) -> bytes:
         fields = ("pid", "host", "started_at", "started_ts", "command", "deployment_id")

@@ -288,7 +288,7 @@ def test_shipped_profiles_bind_loopback_and_an_open_fleet_says_so(tmp_path: Path
 
     def warnings(profile: Path, fleet_file: Path) -> list[str]:
         ctx = Context(state_dir=tmp_path / "state")
-        return list(plan_fleet(ctx, str(profile), str(fleet_file))["warnings"])
+        return list(plan_fleet(ctx, str(profile), str(fleet_file)).warnings)
 
     open_ = [w for w in warnings(TRITON, fleet) if "bind: '0.0.0.0'" in w]
     assert len(open_) == 1 and "sets no server.api_key" in open_[0], open_

@@ -58,7 +58,7 @@ def fleet_file(tmp_path: Path) -> str:
 
 def _run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fleet_file: str, fake: Any, yes: bool
-) -> dict[str, Any]:
+) -> stop.FleetStopResult:
     monkeypatch.setattr(stop, "driver_for", lambda _ctx, _fleet: fake)
     return stop.stop_fleet(Context(state_dir=tmp_path / "state"), fleet_file, yes=yes)
 
@@ -88,6 +88,6 @@ def test_nothing_running_is_nothing_to_stop(
 ) -> None:
     fake = FakeOrchestrator({})
     result = _run(monkeypatch, tmp_path, fleet_file, fake, yes=True)
-    assert result["removed"] == [] and result["stopped"] == [] and result["known_good"] is None
+    assert result.removed == [] and result.stopped == [] and result.known_good is None
     assert fake.removed == ["canary", "main"]  # asked, found nothing
     assert stop.stop_text(result, fleet_file) == "fleet ft: nothing ran; nothing to stop"
