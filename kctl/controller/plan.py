@@ -231,7 +231,7 @@ def _check_cost(
     (seconds at real-time scale, as its bound), and what measuring the baseline again would
     send; None when the plan has no drift check."""
     from kctl.gate import estimate_duration
-    from kctl.gate.drift import DRIFT_REQUESTS
+    from kctl.gate.drift import check_requests
 
     checked = [s for s in steps if isinstance(s, Measure) and s.source == "checked"]
     if not checked:
@@ -240,7 +240,7 @@ def _check_cost(
     sends = dataclasses.replace(
         workload,
         warmups=(),
-        measured=tuple(r for r in workload.measured if r.index < DRIFT_REQUESTS),
+        measured=check_requests(workload, rates),  # the check's short streams
         concurrent=(),
         probes=(),
     )
