@@ -20,10 +20,11 @@ from kctl.controller.signals import InterruptGuard
 from kctl.errors import GateRejected, HealthFailed, KctlError
 from kctl.fleet import canary as gates
 from kctl.fleet import plan as p
-from kctl.fleet.service import Placement, service_spec
+from kctl.fleet.service import LABEL_FLEET, LABEL_OWNER, Placement, service_spec
+from kctl.fleet.swarmsecrets import materialize
 from kctl.fleet.watch import Waiter
 from kctl.gate import Endpoint, render_table
-from kctl.secrets import api_key
+from kctl.secrets import api_key, resolve_env, scrub
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -149,10 +150,13 @@ class FleetExecutor:
             self.state.placed |= place_images(self.ctx, self.driver, [image])
         launch = self.ctx.backend.launch_spec(profile, self._deployment(role), image)
         nodes = tuple(n.hostname for n in self.driver.nodes())
-        return service_spec(
+        spec = service_spec(
             self.state.fleet, profile, launch, role="canary" if canary else "main",
             owner=str(self.ctx.state_dir), placement=Placement.of(self.state.fleet, nodes),
         )  # fmt: skip
+        # the profile's secrets as Docker secrets, their values read now
+        owned = {LABEL_FLEET: self.state.fleet.name, LABEL_OWNER: str(self.ctx.state_dir)}
+        return materialize(spec, profile, self.state.fleet.name, owned, self.driver.put_secret)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -216,7 +220,15 @@ class FleetExecutor:
         self.driver.apply(self.spec("candidate", canary=True))
 
     def _wait_canary(self, step: p.WaitCanary) -> None:
-        replica = self.wait.canary(step.deadline_s)
+        try:
+            replica = self.wait.canary(step.deadline_s)
+        except HealthFailed as exc:
+            # the replica's log is the orchestrator's, as SGLang wrote it: its server_args
+            # line holds the API key
+            cand = self._profile("candidate")
+            values = [*resolve_env(cand.server.secrets).values(), api_key(cand) or ""]
+            exc.log_tail = scrub(exc.log_tail, values)
+            raise
         self.ctx.reporter.event(f"the canary is healthy on {replica.node}:{replica.port}")
 
     def _canary_gate(self, step: p.CanaryGate) -> None:

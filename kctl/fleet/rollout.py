@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from kctl import secrets
 from kctl.controller import common
 from kctl.controller.deploy import _describe, _verdict_of
 from kctl.controller.host import changing_host
@@ -35,6 +36,7 @@ from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
 from kctl.fleet.results import FleetDeployResult, FleetRollbackResult
 from kctl.profile.compare import gate_mismatches
+from kctl.statedir import ensure_dir
 
 if TYPE_CHECKING:
     from kctl.controller.context import Context
@@ -46,8 +48,7 @@ if TYPE_CHECKING:
 
 def fleet_context(ctx: Context, fleet: FleetSpec) -> Context:
     """The command's context with the fleet's own state dir (store, lock, journal)."""
-    state = ctx.state_dir / "fleets" / fleet.name
-    state.mkdir(parents=True, exist_ok=True)
+    state = ensure_dir(ctx.state_dir / "fleets" / fleet.name)  # 0700, as the whole state dir
     return dataclasses.replace(ctx, state_dir=state, _runtimes={})
 
 
@@ -98,14 +99,8 @@ def deploy_fleet(
             hint="set runtime.kind: docker in the profile",
         )
     for profile in (candidate, baseline):
-        if profile is not None and (profile.server.secrets or profile.server.api_key):
-            # the service spec carries no secret yet: refused rather than run without them
-            raise UsageError(
-                f"{profile.source}: server.secrets / server.api_key: a Swarm fleet does not "
-                "pass secrets to its replicas yet (they would start without them)",
-                hint="deploy this profile on one host, or render it for Kubernetes "
-                "(kctl render --k8s), which names them as Secrets",
-            )
+        if profile is not None:  # every secret the rollout or its revert reads, before any change
+            secrets.check_available(profile)
     fctx = fleet_context(ctx, fleet)
     driver = driver_for(fctx, fleet)
     with changing_host(fctx, f"kctl deploy {profile_path} --fleet {fleet_path}") as host:
@@ -246,6 +241,7 @@ def rollback_fleet(ctx: Context, fleet_path: str) -> FleetRollbackResult:
         if target is None:
             raise PreconditionFailed("the fleet has no known-good deployment to roll back to")
         profile = common.profile_of(target)
+        secrets.check_available(profile)  # before anything changes
         image = common.image_for(fctx, profile)
         placed = place_images(fctx, driver, [image])
         record = store.new_deployment(

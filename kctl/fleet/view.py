@@ -114,6 +114,10 @@ class FleetDriver(Protocol):
     def remove(self, role: str) -> bool:
         """Remove the service of ``role``; False when there was none."""
 
+    def put_secret(self, name: str, data: bytes, labels: dict[str, str]) -> str:
+        """The id of the orchestrator's secret ``name`` holding ``data``, created with
+        ``labels`` when absent (names are content digests: one that exists holds it)."""
+
     def logs(self, role: str, tail: int) -> str: ...
 
     def place_image(self, image: str, progress: Callable[[str], None]) -> list[str]:

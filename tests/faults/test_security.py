@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,13 +265,122 @@ def test_rendered_k8s_objects_name_secrets_never_values(tmp_path: Path) -> None:
     assert '"secretName": "kctl-secrets", "items": [{"key": "sglang-api-key"' in text
 
 
-def test_a_fleet_refuses_secrets_it_cannot_pass_yet(case: Case) -> None:
-    from tests.k8s.conftest import EXAMPLE, KDTREE
+def _keyed_fleet(case: Case) -> tuple[Path, str, str, int]:
+    """The docker tests' baseline and candidate with a token and an API key as references
+    (``(profiles dir, fleet name, fleet file, first port)``), on a 2-replica fleet."""
+    from tests.fleet.ports import free_range
 
-    body = {"extends": str(KDTREE), "server": {"secrets": {"HF_TOKEN": {"env": "HF_TOKEN"}}}}
-    r = case.run("deploy", case.write("fleet-cand.yaml", body), "--fleet", str(EXAMPLE))
-    assert r.code == 2, str(r)
-    assert "a Swarm fleet does not pass secrets" in r.err
+    key_file = case.tmp / "api-key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    profiles = case.tmp / "fleet-profiles"
+    profiles.mkdir()
+    docker_profiles = Path(__file__).resolve().parents[1] / "docker" / "profiles"
+    for name in ("baseline", "candidate"):
+        text = (docker_profiles / f"{name}.yaml").read_text()
+        # 30 s of health deadline is 0.15 s at the simulator's 200x: room for its load
+        data: dict[str, Any] = yaml.safe_load(text.replace("deadline_s: 30", "deadline_s: 600"))
+        data["server"]["secrets"] = {"HF_TOKEN": {"env": "KCTL_TEST_HF_TOKEN"}}
+        data["server"]["api_key"] = {"file": str(key_file)}
+        (profiles / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    first = free_range(3)
+    name = f"kf-{os.getpid() % 100000}"
+    fleet = case.write(
+        "fleet.yaml",
+        f"kind: fleet\nname: {name}\nreplicas: 2\ngpus_per_replica: 0\n"
+        f"ports: {{first: {first}}}\n"
+        "rollout: {canary: 1, parallelism: 1, monitor_s: 2, smoke_requests: 2}\n",
+    )
+    return profiles, name, fleet, first
+
+
+def test_a_fleet_passes_secrets_as_docker_secrets_and_gates_with_the_key(
+    case: Case, umask022: None
+) -> None:
+    """A 2-replica simulated fleet whose profiles name a token and an API key: the
+    replicas get them as Docker secrets (created at deploy time, mounted per task), the
+    canary and smoke gates pass against replicas that answer 401 without the key, and no
+    output, store, orchestrator state, log or argv holds either value."""
+    from kctl.runtime.local import LocalRuntime
+
+    profiles, name, fleet, first = _keyed_fleet(case)
+    orchestrator = case.state / "simulate" / "fleets" / name / "orchestrator"
+    try:
+        outputs: dict[str, str] = {}
+        for profile, outcome in (("baseline", "ESTABLISHED"), ("candidate", "PROMOTED")):
+            r = case.run("deploy", str(profiles / f"{profile}.yaml"), "--fleet", fleet,
+                         env=SECRET_ENV, timeout=240)  # fmt: skip
+            assert r.code == 0 and outcome in r.out, str(r)
+            outputs[f"deploy {profile}"] = r.text
+        # the canary gate and both smoke gates ran against replicas that demand the key
+        assert outputs["deploy candidate"].count("smoke gate passed") == 2
+        for port in (first, first + 1):
+            url = f"http://127.0.0.1:{port}"
+            assert requests.get(f"{url}/health", timeout=5).status_code == 200
+            assert requests.get(f"{url}/get_model_info", timeout=5).status_code == 401
+            auth = {"Authorization": f"Bearer {KEY}"}
+            assert requests.get(f"{url}/get_model_info", headers=auth, timeout=5).status_code == 200
+        for args in (("status", "--fleet", fleet), ("--json", "status", "--fleet", fleet),
+                     ("history", "--fleet", fleet), ("plan", str(profiles / "candidate.yaml"), "--fleet", fleet)):  # fmt: skip
+            outputs[" ".join(args)] = case.run(*args, env=SECRET_ENV).text
+        # each replica got the token in its environment and the key in a --config file
+        # (the local runtime's, from the task's mounted secrets), neither on its command line
+        running = LocalRuntime(orchestrator).running()
+        assert len(running) == 2, running
+        for inst in running:
+            pid = int(inst.ref.split(":")[1])
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"HF_TOKEN={TOKEN}".encode() in environ
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+            assert "--config" in cmdline
+            outputs[f"/proc/{pid}/cmdline"] = cmdline
+        for where, text in outputs.items():
+            _clean(where, text)
+        with sqlite3.connect(orchestrator.parent / "kctl.db") as conn:
+            _clean("the fleet's store dump", "\n".join(conn.iterdump()))
+        _clean("the orchestrator's state", (orchestrator / "state.json").read_text())
+        for path in (orchestrator.parent / "logs", orchestrator / "logs"):
+            for log in path.glob("*.log") if path.is_dir() else []:
+                _clean(str(log), log.read_text(errors="replace"))
+        # the secrets themselves: Docker secrets named by a digest, 0600 in 0700 directories
+        stored = sorted((orchestrator / "secrets").glob(f"kctl-{name}-*"))
+        assert len(stored) == 2, stored  # the token and the key's config, shared by both
+        for path in [case.state, *case.state.rglob("*")]:
+            mode = stat.S_IMODE(path.lstat().st_mode)
+            assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {mode:o}"
+        spec = json.loads((orchestrator / "state.json").read_text())["services"]["main"]["spec"]
+        mounted = spec["TaskTemplate"]["ContainerSpec"]["Secrets"]
+        assert {m["SecretName"] for m in mounted} == {p.name for p in stored}
+    finally:
+        case.run("stop", "--fleet", fleet, "--yes", env=SECRET_ENV)
+        for inst in LocalRuntime(orchestrator).running():  # what stop left, if it failed
+            LocalRuntime(orchestrator).stop(inst, 5)
+
+
+def test_a_fleet_secret_not_exported_stops_the_rollout_before_any_change(case: Case) -> None:
+    profiles, name, fleet, _ = _keyed_fleet(case)
+    r = case.run("deploy", str(profiles / "baseline.yaml"), "--fleet", fleet)  # no token
+    assert r.code == 5, str(r)
+    assert "server.secrets.HF_TOKEN: <secret:env KCTL_TEST_HF_TOKEN>" in r.err
+    assert "is not set" in r.err
+    orchestrator = case.state / "simulate" / "fleets" / name / "orchestrator"
+    assert not (orchestrator / "secrets").exists()  # no secret created, no replica
+    state = orchestrator / "state.json"
+    assert not state.exists() or not json.loads(state.read_text())["services"]
+
+
+def test_an_ssh_engine_without_its_extra_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kctl.errors import RuntimeUnavailable
+    from kctl.fleet.images import connect_engine
+
+    monkeypatch.setitem(sys.modules, "paramiko", None)  # `import paramiko` fails
+    with pytest.raises(RuntimeUnavailable) as info:
+        connect_engine("ssh://root@gpu-b")  # a fleet file's swarm.engines entry
+    assert info.value.exit_code == 5
+    assert "ssh://root@gpu-b is an ssh:// engine" in info.value.message
+    assert "pip install 'kctl[ssh]'" in (info.value.hint or "")
 
 
 def test_shipped_profiles_bind_loopback_and_an_open_fleet_says_so(tmp_path: Path) -> None:
