@@ -1,5 +1,6 @@
-"""Text rendering of command results (pure: values in, strings out) and the ``--json``
-envelope. The envelope is versioned; scripts should check ``schema``.
+"""The house table style and the ``--json`` envelope (pure: values in, strings out). The
+envelope is versioned; scripts should check ``schema``. The text of each command's result
+is :mod:`kctl.cli.text`'s.
 
 Tables are :class:`rich.table.Table` values built by :func:`table`. :func:`to_text` turns
 one into plain ASCII (no colour, no box-drawing characters: what piped output, logs, the
@@ -14,7 +15,6 @@ import dataclasses
 import io
 import json
 import math
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -157,161 +157,3 @@ def envelope(
         default=str,
         allow_nan=False,
     )
-
-
-def deploy_text(result: dict[str, Any], *, reason: bool = True) -> str:
-    """A deploy's result for humans; ``reason=False`` when the error line says it."""
-    lines = []
-    if result.get("table"):
-        lines += [result["table"], ""]
-    outcome = result["outcome"].upper()
-    lines.append(f"{outcome}: {result['profile']} ({result['deployment_id']})")
-    if reason:
-        lines.append(f"  reason: {result['reason']}")
-    if result.get("serving"):
-        lines.append(f"  serving: {result['serving']}")
-    timings = result.get("timings") or {}
-    if timings:
-        lines.append(
-            "  timings (wall clock): " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
-        )
-    if result.get("report"):
-        lines.append(f"  report: {result['report']}")
-    for w in result.get("warnings") or []:
-        lines.append(f"  warning: {w}")
-    return "\n".join(lines)
-
-
-def _serving_line(report: dict[str, Any]) -> str:
-    """What serves, first: the store's serving deployment, or else what really answers on
-    a port (a server an interrupted command left, or a process kctl does not own)."""
-    serving = report.get("serving")
-    if serving:
-        return (
-            f"serving: {serving['id']}  profile {serving['profile']} "
-            f"(hash {str(serving['profile_hash'])[:12]})  {serving.get('process', '')}"
-        ).rstrip()
-    others = report.get("unmanaged") or []
-    ours = [u for u in others if u.get("deployment")]
-    if ours:
-        u = ours[0]
-        return (
-            f"serving: {u['deployment']}  profile {u.get('profile') or '?'} on port "
-            f"{u['port']} ({u.get('health', 'health unknown')}), NOT verified: the store "
-            "does not record it serving; run `kctl rollback`"
-        )
-    if others:
-        return f"serving: nothing of kctl's; something else listens on port {others[0]['port']}"
-    return "serving: nothing"
-
-
-def status_text(report: dict[str, Any]) -> str:
-    lines = [_serving_line(report)]
-    if report.get("degraded"):
-        lines.append(report["degraded"])
-    serving = report.get("serving")
-    if serving and serving.get("sglang_version"):
-        lines.append(f"sglang: {serving['sglang_version']} (as the server reported it)")
-    lines.append(f"health: {report['health']}")
-    lines.append(f"state: {report['state_dir']}")
-    known = report.get("known_good")
-    lines.append(
-        f"known-good: {known['id']}  profile {known['profile']}" if known else "known-good: none"
-    )
-    lock = report.get("lock")
-    if lock and lock.get("stale"):
-        lines.append(
-            f"lock: free; kctl pid {lock.get('pid')} died holding it (`{lock.get('command')}` "
-            f"since {lock.get('started_at')}), so that run did not finish"
-        )
-    elif lock:
-        lines.append(
-            f"lock: held by pid {lock.get('pid')} on {lock.get('host')} for `{lock.get('command')}`"
-        )
-    gate = report.get("last_gate")
-    if gate:
-        reason = f": {gate['reason']}" if gate.get("reason") else ""
-        lines += [
-            "",
-            f"last gate: {gate['deployment']} ({gate['profile']}): {gate['verdict'] or '-'}{reason}",
-        ]
-        if gate.get("timings"):
-            lines.append(
-                "  timings (wall clock): "
-                + ", ".join(f"{k} {v:.1f}s" for k, v in gate["timings"].items())
-            )
-        if report.get("last_gate_table"):
-            lines += [report["last_gate_table"]]
-    page = report.get("report")
-    if page:
-        lines += ["", f"report: {page['path']} (deployment {page['deployment']})"]
-    for server in report.get("unmanaged") or []:
-        lines.append(f"! {server['note']}")
-    for problem in report.get("problems") or []:
-        lines.append(f"! {problem}")
-    return "\n".join(lines)
-
-
-#: what a record of each kind is, for the notes column of ``kctl history``
-_KIND_NOTES = {"rollback": "rollback to {parent}", "baseline": "known-good baseline"}
-#: how a deploy ended, where its status alone does not say what serves after it
-_STATUS_NOTES = {
-    "rejected": "candidate rejected, baseline restored",
-    "reverted": "reverted to the baseline",
-    "degraded": "revert failed: DEGRADED",
-    "aborted": "revert aborted: DEGRADED",
-    "interrupted": "kctl interrupted",
-}
-_NOTE_REASON_CHARS = 80
-
-
-def _history_notes(row: dict[str, Any]) -> str:
-    notes = []
-    if row.get("serving"):
-        notes.append("SERVING NOW")
-    kind_note = _KIND_NOTES.get(row.get("kind", ""))
-    if kind_note:
-        notes.append(kind_note.format(parent=row.get("parent_id") or "?"))
-    elif row.get("status") in _STATUS_NOTES:
-        notes.append(_STATUS_NOTES[row["status"]])
-    overrides = row.get("overrides") or []
-    if overrides:
-        notes.append(" ".join(f"--set {o}" for o in overrides))
-    reason = " ".join(str(row.get("reason") or "").split())
-    if reason:
-        cut = len(reason) > _NOTE_REASON_CHARS
-        notes.append(reason[: _NOTE_REASON_CHARS - 3] + "..." if cut else reason)
-    return "; ".join(notes)
-
-
-def history_text(rows: Sequence[dict[str, Any]]) -> str:
-    """``kctl history`` as plain text; see :func:`history_table`."""
-    return to_text(history_table(rows)) if rows else "no deployments yet"
-
-
-def history_table(rows: Sequence[dict[str, Any]]) -> Table:
-    """One line per record, newest first. The notes say what each record is (a rollback
-    and its target, the known-good baseline), how a deploy ended, why, and which record
-    serves now (when rows carry ``serving`` and ``parent_id``)."""
-    t = table(
-        ("id", "left"),
-        ("kind", "left"),
-        ("profile", "left"),
-        ("status", "left"),
-        ("verdict", "left"),
-        ("sglang", "left"),
-        ("started", "left"),
-        ("notes", "left"),
-    )
-    for r in rows:
-        t.add_row(
-            cell(r["id"], "bold" if r.get("serving") else ""),
-            cell(r["kind"]),
-            cell(r["profile"]),
-            cell(r["status"]),
-            verdict_cell(r.get("verdict")),
-            cell(r.get("sglang_version") or "-"),
-            cell(r["started_at"]),
-            cell(_history_notes(r)),
-        )
-    return t

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from kctl.cli import text
 from kctl.cli.app import (
     FLEET_OPTION,
     SET_OPTION,
@@ -21,9 +21,6 @@ from kctl.cli.app import (
     lock_app,
 )
 from kctl.cli.results import LockRelease, LogsResult, Validated
-
-if TYPE_CHECKING:
-    from kctl.controller.plan import DriftCheckCost
 
 _DEPLOY_EXITS = (
     "Exit codes: 0 promoted (or the profile already serves); 2 invalid profile or "
@@ -56,7 +53,6 @@ def deploy(
     --state-dir (default $XDG_STATE_HOME/kctl; --simulate uses its simulate/ subdirectory).
     """
     from kctl.controller.deploy import deploy as run
-    from kctl.render import deploy_text, dump
 
     ctx = _context(sets)
     ctx.rebuild = rebuild
@@ -64,10 +60,10 @@ def deploy(
         from kctl.fleet.rollout import deploy_fleet
 
         fleet_result = deploy_fleet(ctx, profile, fleet, force=force)
-        _emit("deploy", fleet_result, deploy_text(dump(fleet_result)))
+        _emit("deploy", fleet_result, text.deploy_text(fleet_result))
         return
     result = run(ctx, profile, force=force)
-    _emit("deploy", result, deploy_text(dump(result)))
+    _emit("deploy", result, text.deploy_text(result))
 
 
 @app.command(cls=_Command)
@@ -96,19 +92,17 @@ def status(fleet: str | None = FLEET_OPTION) -> None:
     Exits 4 when the host needs attention (DEGRADED, an interrupted deploy, server down).
     With --fleet: each replica's node, port, profile, image, health and last gate."""
     from kctl.controller.status import status as run
-    from kctl.render import dump, status_text
 
     if fleet is not None:
         from kctl.fleet.status import status_fleet
-        from kctl.fleet.status import status_text as fleet_text
 
         rep = status_fleet(_context(), fleet)
-        _emit("status", rep, fleet_text(rep), exit_code=4 if rep.needs_attention else 0)
+        _emit("status", rep, text.fleet_status_text(rep), exit_code=4 if rep.needs_attention else 0)
         return
 
     report = run(_context())
     code = 4 if report.needs_attention else 0
-    _emit("status", report, status_text(dump(report)), exit_code=code)
+    _emit("status", report, text.status_text(report), exit_code=code)
 
 
 @app.command(cls=_Command)
@@ -118,7 +112,6 @@ def history(
 ) -> None:
     """Past deployments, newest first (with --fleet: the fleet's rollouts)."""
     from kctl.controller.status import history as run
-    from kctl.render import dump, history_text
 
     if fleet is not None:
         from kctl.fleet.status import history_fleet
@@ -126,7 +119,7 @@ def history(
         rows = history_fleet(_context(), fleet, limit)
     else:
         rows = run(_context(), limit)
-    _emit("history", rows, history_text(dump(rows)))
+    _emit("history", rows, text.history_text(rows))
 
 
 @app.command(cls=_Command)
@@ -145,8 +138,8 @@ def bench(
     from kctl.controller.bench import bench as run
 
     result = run(_context(sets), profile, bench_serving=bench_serving)
-    text = result.table or json.dumps(result.measurement.get("summary", {}), indent=2)
-    _emit("bench", result, text)
+    out = result.table or json.dumps(result.measurement.get("summary", {}), indent=2)
+    _emit("bench", result, out)
 
 
 @app.command(cls=_Command)
@@ -159,74 +152,16 @@ def plan(
 
     With --fleet: the fleet rollout's steps, its revert and the Swarm service spec."""
     from kctl.controller.plan import plan as run
-    from kctl.launch import describe_release
 
     if fleet is not None:
-        from kctl.fleet.preview import plan_fleet, plan_fleet_text
+        from kctl.fleet.preview import plan_fleet
 
         fleet_result = plan_fleet(_context(sets), profile, fleet)
-        _emit("plan", fleet_result, plan_fleet_text(fleet_result))
+        _emit("plan", fleet_result, text.plan_fleet_text(fleet_result))
         return
 
     result = run(_context(sets), profile)
-    launch, gate = result.launch, result.gate
-    lines = [
-        f"profile {result.profile['name']} (hash {result.profile_hash[:12]})",
-        *_overrides_line(result.profile["overrides"]),
-        f"runtime: {result.runtime}" + (" (simulated)" if result.simulate else ""),
-        f"baseline: {result.baseline or 'none (this profile is a baseline)'}",
-        describe_release(result.sglang.model_dump()),
-        *(f"  warning: {w}" for w in result.warnings),
-        "launch: " + " ".join(launch.argv),
-        "env: " + " ".join(f"{k}={v}" for k, v in launch.env.items()),
-        *(
-            [f"api key: {launch.api_key} (in a --config file, not the argv)"]
-            if launch.api_key
-            else []
-        ),
-        f"gate: {gate.requests} requests over contexts "
-        f"{gate.contexts}, " + _duration(gate.estimated_duration_s),
-        *_check_line(gate.baseline_check),
-        "preconditions: " + ", ".join(result.preconditions),
-        "steps:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result.steps)),
-        "on failure after the host changed:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(result.revert)),
-    ]
-    if result.image is not None:
-        lines += [
-            "",
-            "Dockerfile:",
-            result.image.get("dockerfile", ""),
-            "run spec:",
-            json.dumps(result.run_spec, indent=2, default=str),
-        ]
-    _emit("plan", result, "\n".join(lines))
-
-
-def _check_line(check: DriftCheckCost | None) -> list[str]:
-    """The drift check's cost in ``kctl plan``'s text, when the plan has one."""
-    if check is None:
-        return []
-    about = "" if check.estimated_s is None else f"about {check.estimated_s:.0f} s, "
-    return [
-        f"baseline drift check: {check.requests} requests on the running baseline, "
-        f"{about}at most {check.bound_s:g} s at real-time scale; if it drifted, the "
-        f"baseline is measured again ({check.measure_requests} requests)"
-    ]
-
-
-def _overrides_line(overrides: list[str]) -> list[str]:
-    """``kctl plan``'s line for the ``--set`` items in the profile it shows."""
-    if not overrides:
-        return []
-    return ["overrides (profile and baseline): " + " ".join(f"--set {o}" for o in overrides)]
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "duration unknown until the baseline has been measured"
-    return f"about {seconds:.0f} s (from the baseline's stored measurement)"
+    _emit("plan", result, text.plan_text(result))
 
 
 @app.command(cls=_Command)
@@ -252,8 +187,8 @@ def render(
         raise UsageError(
             "kctl render needs a format", hint="kctl render --k8s PROFILE --fleet FLEET"
         )
-    result, text = render_command(profile, fleet, out=out, with_argo=argo)
-    _emit("render", RenderResult.model_validate(result), text)
+    result, page = render_command(profile, fleet, out=out, with_argo=argo)
+    _emit("render", RenderResult.model_validate(result), page)
 
 
 @app.command(cls=_Command)
@@ -279,15 +214,7 @@ def validate(
         except ProfileError as exc:
             problems += exc.problems
             results.append(Validated(path=path, ok=False, problems=exc.problems))
-    text = "\n".join(
-        "\n".join(
-            [f"ok {r.path} ({(r.hash or '')[:12]})", *(f"  warning: {w}" for w in r.warnings)]
-        )
-        if r.ok
-        else "\n".join(r.problems)
-        for r in results
-    )
-    _emit("validate", results, text, exit_code=2 if problems else 0)
+    _emit("validate", results, text.validate_text(results), exit_code=2 if problems else 0)
 
 
 @app.command(cls=_Command)
@@ -332,8 +259,8 @@ def logs(
     """The server log of a deployment."""
     from kctl.controller.status import logs as run
 
-    text = run(_context(), deployment, tail)
-    _emit("logs", LogsResult(log=text), text)
+    log = run(_context(), deployment, tail)
+    _emit("logs", LogsResult(log=log), log)
 
 
 @app.command(cls=_Command)
@@ -360,11 +287,7 @@ def gc(
     from kctl.controller.maintenance import gc as run
 
     result = run(_context(), retain)
-    _emit(
-        "gc",
-        result,
-        f"removed {len(result.removed)} container(s)" + "".join(f"\n  {n}" for n in result.removed),
-    )
+    _emit("gc", result, text.gc_text(result))
 
 
 @app.command(cls=_Command)
@@ -378,17 +301,13 @@ def stop(
     from kctl.controller.maintenance import stop as run
 
     if fleet is not None:
-        from kctl.fleet.stop import stop_fleet, stop_text
+        from kctl.fleet.stop import stop_fleet
 
         fleet_result = stop_fleet(_context(), fleet, yes=yes)
-        _emit("stop", fleet_result, stop_text(fleet_result, fleet))
+        _emit("stop", fleet_result, text.fleet_stop_text(fleet_result, fleet))
         return
     result = run(_context(), yes=yes)
-    _emit(
-        "stop",
-        result,
-        f"stopped {len(result.stopped)} server(s)" + "".join(f"\n  {d}" for d in result.stopped),
-    )
+    _emit("stop", result, text.stop_text(result))
 
 
 @lock_app.command("show", cls=_Command)
@@ -397,8 +316,7 @@ def lock_show() -> None:
     from kctl.lock import DeployLock
 
     info = DeployLock(_context().state_dir).inspect()
-    text = "lock is free" if info is None else "\n".join(f"{k}: {v}" for k, v in vars(info).items())
-    _emit("lock show", info, text)
+    _emit("lock show", info, text.lock_text(info))
 
 
 @lock_app.command("release", cls=_Command)

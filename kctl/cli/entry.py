@@ -141,9 +141,9 @@ def _report_error(command: str, exc: KctlError) -> None:
         )
     else:
         if result is not None:
-            from kctl.render import deploy_text, dump
+            from kctl.cli.text import deploy_text
 
-            print(deploy_text(dump(result), reason=False))  # the error line below says why
+            print(deploy_text(result, reason=False))  # the error line below says why
         if isinstance(exc, CandidateRejected) and exc.log_tail:
             print("last log lines:\n" + exc.log_tail, file=sys.stderr)
         print(f"kctl: error: {exc}", file=sys.stderr)

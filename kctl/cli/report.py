@@ -25,12 +25,8 @@ def report(
     crossover), the ratio with its interval, TTFT, ITL and acceptance length, the verdict,
     the correctness probes, the timeline of the deploy's steps and what the try cost, and
     the profiles' differences. `kctl deploy` writes one for every deploy it ends."""
+    from kctl.cli.text import report_text
     from kctl.controller.report import report as run
 
     result = run(_context(), deployment, out, history=history)
-    lines = [
-        f"report: {result.path}",
-        f"  deployment: {result.deployment_id} ({result.profile}, {result.status})",
-    ]
-    lines += [f"  missing: {m}" for m in result.missing]
-    _emit("report", result, "\n".join(lines))
+    _emit("report", result, report_text(result))

@@ -127,34 +127,3 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> FleetPlan:
             ),  # fmt: skip
         }
     )
-
-
-def plan_fleet_text(plan: FleetPlan) -> str:
-    import json
-
-    from kctl.launch import describe_release
-
-    lines = [
-        f"fleet {plan.fleet} ({plan.source}): {plan.replicas} replicas on "
-        f"{plan.orchestrator}, at least {plan.min_healthy} serving at every step",
-        f"profile {plan.profile['name']} (hash {plan.profile_hash[:12]}), "
-        f"image {plan.image or 'none (simulated replicas run locally)'}",
-        f"serving: {plan.serving_profile} ({plan.serving})" if plan.serving else "serving: nothing",
-        *(
-            ["  it serves this very profile: `kctl deploy` does nothing without --force"]
-            if plan.already_serving
-            else []
-        ),  # fmt: skip
-        describe_release(plan.sglang.model_dump()),
-        *(f"  warning: {w}" for w in plan.warnings),
-        "preconditions: " + ", ".join(plan.preconditions),
-        "steps:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(plan.steps)),
-        "on failure after the fleet changed:",
-        *(f"  {i + 1}. {s}" for i, s in enumerate(plan.revert)),
-        *([f"placement: {plan.placement_note}"] if plan.placement_note else []),
-        "",
-        "service spec:",
-        json.dumps(plan.service_spec, indent=2, default=str),
-    ]
-    return "\n".join(lines)

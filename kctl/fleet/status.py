@@ -206,39 +206,3 @@ def history_fleet(ctx: Context, fleet_path: str, limit: int) -> list[Record]:
 
     fleet = load_fleet(fleet_path)
     return history(fleet_context(ctx, fleet), limit)
-
-
-def status_text(report: FleetStatus) -> str:
-    from kctl.render import table, to_text
-
-    serving = report.serving
-    lines = [
-        f"fleet {report.fleet} ({report.driver}): "
-        + (
-            f"serving {serving['profile_name']} ({serving['id']})"
-            if serving
-            else "nothing recorded serving"
-        )
-    ]
-    t = table(("slot", "left"), ("node", "left"), ("port", "right"), ("profile", "left"),
-              ("image", "left"), ("health", "left"), ("last gate", "left"))  # fmt: skip
-    for r in report.replicas:
-        health = "healthy" if r.healthy else r.state + (f" ({r.error})" if r.error else "")
-        node = r.node + ("" if r.node_state == "ready" else f" [{r.node_state}]")
-        t.add_row(str(r.slot), node, str(r.port), f"{r.profile} {r.deployment}",
-                  r.image, health, r.last_gate)  # fmt: skip
-    lines.append(to_text(t).rstrip())
-    if len(report.nodes) > 1 or any(n.state != "ready" for n in report.nodes):
-        lines.append("nodes: " + ", ".join(
-            f"{n.hostname} ({n.state}" + ("" if n.availability == "active" else f", {n.availability}")
-            + (f", engine {n.engine})" if n.engine else ")")
-            for n in report.nodes
-        ))  # fmt: skip
-    if report.canary:
-        lines.append(f"canary: {report.canary.profile} ({report.canary.deployment})")
-    if report.rollout_running:
-        lines.append("a rollout is running now")
-    lines += [f"attention: {p}" for p in report.problems]
-    if report.hint:
-        lines.append(f"  next: {report.hint}")
-    return "\n".join(lines)

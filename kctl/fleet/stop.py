@@ -138,22 +138,3 @@ def _recorded(store: Store, deployment: str) -> bool:
         return store.get_deployment(deployment).id == deployment
     except KctlError:
         return False
-
-
-def stop_text(result: FleetStopResult, fleet_path: str) -> str:
-    if not result.removed:
-        return f"fleet {result.fleet}: nothing ran; nothing to stop"
-    lines = [
-        f"fleet {result.fleet}: stopped {len(result.stopped)} replica(s) "
-        f"({', '.join(result.removed)} removed)"
-    ]
-    lines += [
-        f"  {r.role} slot {r.slot} on {r.node}:{r.port} ({r.profile} {r.deployment})"
-        for r in result.stopped
-    ]
-    if result.known_good:
-        lines.append(
-            f"the known-good {result.known_good} is kept: "
-            f"`kctl rollback --fleet {fleet_path}` brings every replica back on it"
-        )
-    return "\n".join(lines)

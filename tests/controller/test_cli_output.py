@@ -113,32 +113,3 @@ def test_every_command_help_names_simulate_and_state_dir(args: list[str]) -> Non
     text = " ".join(out.split())
     assert "--simulate" in text and "--state-dir" in text, out
     assert max(len(line) for line in out.splitlines()) <= 80, out
-
-
-@pytest.mark.parametrize("as_json", [False, True])
-def test_a_rejected_deploy_prints_its_typed_result(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, as_json: bool
-) -> None:
-    """The result a CandidateRejected carries is the deploy's model: its text above the
-    error line, or its dump in the envelope."""
-    import json
-
-    from kctl.cli.app import OPTS
-    from kctl.cli.entry import _report_error
-    from kctl.controller.deploy import DeployResult
-    from kctl.errors import CandidateRejected
-
-    monkeypatch.setattr(OPTS, "json", as_json)
-    result = DeployResult(
-        deployment_id="d-1", profile="cand", profile_hash="h", outcome="rejected",
-        reason="gate FAIL", serving="d-0", table="the table",
-    )  # fmt: skip
-    _report_error("deploy", CandidateRejected("candidate cand rejected", result=result))
-    out, err = capsys.readouterr()
-    if as_json:
-        doc = json.loads(out)
-        assert doc["result"]["outcome"] == "rejected" and doc["exit_code"] == 3, doc
-        assert doc["error"]["type"] == "CandidateRejected"
-    else:
-        assert out.startswith("the table\n") and "REJECTED: cand (d-1)" in out, out
-        assert "serving: d-0" in out and "kctl: error: candidate cand rejected" in err

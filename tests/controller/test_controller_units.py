@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from kctl.cli import main
+from kctl.cli.text import history_text
 from kctl.controller.common import _rebuild, read_server_info
 from kctl.controller.signals import InterruptGuard
+from kctl.controller.status import Record
 from kctl.errors import Interrupted, RevertAborted
 from kctl.profile import load_profile
 from kctl.profile.model import Profile
-from kctl.render import JSON_SCHEMA, envelope, history_text
+from kctl.render import JSON_SCHEMA, envelope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,14 +60,11 @@ def test_envelope_is_versioned() -> None:
 
 def test_history_text_empty_and_rows() -> None:
     assert history_text([]) == "no deployments yet"
-    row = {
-        "id": "d-1",
-        "kind": "deploy",
-        "profile": "p",
-        "status": "promoted",
-        "verdict": None,
-        "started_at": "t",
-    }
+    row = Record(
+        id="d-1", profile="p", profile_hash="h", kind="deploy", status="promoted", verdict=None,
+        reason=None, started_at="t", ended_at=None, parent_id=None, serving=False,
+        sglang_version=None, overrides=[],
+    )  # fmt: skip
     assert history_text([row]).splitlines()[2].split() == [
         "d-1",
         "deploy",
@@ -313,14 +312,14 @@ def test_a_rejected_deploy_prints_its_result_and_log_tail(
     import kctl.controller.deploy as deploy_module
     from kctl.errors import CandidateRejected
 
-    result = {
-        "deployment_id": "d-1",
-        "profile": "cand",
-        "profile_hash": "0" * 64,
-        "outcome": "rejected",
-        "reason": "health failed",
-        "serving": "d-0",
-    }
+    result = deploy_module.DeployResult(
+        deployment_id="d-1",
+        profile="cand",
+        profile_hash="0" * 64,
+        outcome="rejected",
+        reason="health failed",
+        serving="d-0",
+    )
 
     def reject(ctx: object, path: str, *, force: bool = False) -> None:
         raise CandidateRejected("candidate cand rejected", result=result, log_tail="boom")
@@ -332,7 +331,10 @@ def test_a_rejected_deploy_prints_its_result_and_log_tail(
     assert "last log lines:\nboom" in err and "kctl: error: candidate cand rejected" in err
     assert main(["--state-dir", str(tmp_path), "--json", "deploy", "x.yaml"]) == 3
     envelope = json.loads(capsys.readouterr().out)
-    assert envelope["result"] == result and envelope["error"]["type"] == "CandidateRejected"
+    assert envelope["result"] == result.model_dump(mode="json")
+    assert (
+        envelope["result"]["serving"] == "d-0" and envelope["error"]["type"] == "CandidateRejected"
+    )
 
 
 class _InfoHandler(http.server.BaseHTTPRequestHandler):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kctl.cli.text import fleet_stop_text
 from kctl.controller.context import Context
 from kctl.errors import PreconditionFailed, UsageError
 from kctl.fleet import stop
@@ -90,4 +91,4 @@ def test_nothing_running_is_nothing_to_stop(
     result = _run(monkeypatch, tmp_path, fleet_file, fake, yes=True)
     assert result.removed == [] and result.stopped == [] and result.known_good is None
     assert fake.removed == ["canary", "main"]  # asked, found nothing
-    assert stop.stop_text(result, fleet_file) == "fleet ft: nothing ran; nothing to stop"
+    assert fleet_stop_text(result, fleet_file) == "fleet ft: nothing ran; nothing to stop"

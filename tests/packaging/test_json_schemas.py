@@ -137,5 +137,7 @@ def test_a_fleet_status_over_a_fake_orchestrator_validates(
     data = dump(result)
     jsonschema.validate(data, result_schema("status --fleet"))
     assert "replicas" not in data["service"] and data["canary"]["replicas"][0]["slot"] == 1
-    text = status.status_text(result)
+    from kctl.cli.text import fleet_status_text
+
+    text = fleet_status_text(result)
     assert "a canary service (ft-canary) is left over" in text, text
