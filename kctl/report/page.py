@@ -4,7 +4,11 @@ JavaScript inlined (bundled by ``vl-convert-python``), so the file opens with no
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kctl.report import charts
@@ -13,18 +17,62 @@ if TYPE_CHECKING:
     from kctl.report.data import ReportData
 
 
+def _cache_dir() -> Path:
+    """Where the bundle is kept between runs: ``$XDG_CACHE_HOME/kctl`` (``~/.cache/kctl``)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no home directory: the cache is the current one's
+            base = ".cache"
+    return Path(base) / "kctl"
+
+
 @functools.lru_cache(maxsize=1)
 def vega_bundle() -> str:
-    """Vega, Vega-Lite (the version altair writes) and vega-embed as one script."""
+    """Vega, Vega-Lite (the version altair writes) and vega-embed as one script.
+
+    Bundling takes about a second of CPU and gives the same script for the same
+    vl-convert and Vega-Lite versions, so the script is kept in the user's cache dir under
+    both versions' names and read from there by later deploys; a cache that cannot be read
+    or written only costs the bundling again."""
     import altair as alt
     import vl_convert as vlc
 
     major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
+    vl_version = f"v{major}_{minor}"
+    # the stub does not declare __version__; the package sets it
+    vlc_version = str(getattr(vlc, "__version__", "") or metadata.version("vl-convert-python"))
+    cached = _cache_dir() / f"vega-bundle-{vlc_version}-{vl_version}.js"
+    try:
+        script = cached.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        script = ""
+    if script.endswith(_BUNDLE_END):
+        return script
     # None: the default snippet, which sets window.vegaEmbed/vega/vegaLite (the stub
     # types the argument str; the function documents None as its default)
-    script: str = vlc.javascript_bundle(None, vl_version=f"v{major}_{minor}")  # type: ignore[arg-type]
+    raw: str = vlc.javascript_bundle(None, vl_version=vl_version)  # type: ignore[arg-type]
     # a literal end tag would end the inline <script> early
-    return script.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    script = raw.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    _keep(cached, script + _BUNDLE_END)
+    return script + _BUNDLE_END
+
+
+#: the bundle's last line, so that a cached file cut short is never inlined
+_BUNDLE_END = "\n// kctl: end of the vega bundle\n"
+
+
+def _keep(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temp file renamed over it); never raises."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def verdict_sentence(data: ReportData) -> str:
