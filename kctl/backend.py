@@ -39,6 +39,9 @@ Orchestrator = Literal["swarm", "simulated"]
 class Backend(Protocol):
     """What the controller needs to know about where servers run."""
 
+    #: True for the simulator (``kctl plan``'s ``simulate``)
+    simulated: bool
+
     def state_dir(self, root: Path) -> Path:
         """The directory of this backend's store, lock and logs under the state root."""
 
@@ -56,9 +59,6 @@ class Backend(Protocol):
 
     def note(self, profile: Profile | None) -> str | None:
         """Lines to print above a gate table, or None (:func:`noted` puts them there)."""
-
-    def describe(self) -> dict[str, Any]:
-        """The backend's fields in ``kctl plan``'s result."""
 
     def local_reason(self) -> str:
         """Why a profile of another runtime kind runs locally ("" when it does not)."""
@@ -117,6 +117,8 @@ def gpu_description() -> str:
 class HostBackend:
     """This host: each profile's runtime, real SGLang, wall-clock time."""
 
+    simulated = False
+
     def state_dir(self, root: Path) -> Path:
         return root
 
@@ -135,9 +137,6 @@ class HostBackend:
     def note(self, profile: Profile | None) -> str | None:
         return None
 
-    def describe(self) -> dict[str, Any]:
-        return {"simulate": False}
-
     def local_reason(self) -> str:
         return ""
 
@@ -147,6 +146,8 @@ class HostBackend:
 
 class SimulatedBackend:
     """The SGLang simulator on the local runtime, time compressed, in ``simulate/``."""
+
+    simulated = True
 
     def state_dir(self, root: Path) -> Path:
         return root / "simulate"
@@ -182,9 +183,6 @@ class SimulatedBackend:
                 "calibration's rates, baseline and candidate alike (no fp8 measurement)"
             )
         return note
-
-    def describe(self) -> dict[str, Any]:
-        return {"simulate": True}
 
     def local_reason(self) -> str:
         return " (and --simulate runs locally)"

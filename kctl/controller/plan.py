@@ -147,7 +147,7 @@ def plan(ctx: Context, profile_path: str) -> PlanResult:
         "baseline": baseline.source if baseline else None,
         "baseline_hash": baseline.content_hash if baseline else None,
         "runtime": kind.name,
-        "simulate": bool(ctx.backend.describe()["simulate"]),
+        "simulate": ctx.backend.simulated,
         "sglang": release_info(candidate),
         "warnings": [
             *argv_warnings(candidate),

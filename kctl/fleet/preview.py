@@ -85,9 +85,7 @@ def plan_fleet(ctx: Context, profile_path: str, fleet_path: str) -> FleetPlan:
         {
             "fleet": fleet.name,
             "source": fleet.source,
-            "orchestrator": "the simulated orchestrator"
-            if ctx.backend.describe()["simulate"]
-            else "Swarm",
+            "orchestrator": "the simulated orchestrator" if ctx.backend.simulated else "Swarm",
             "manager": fleet.swarm.manager,
             "replicas": fleet.replicas,
             "min_healthy": fleet.min_healthy,

@@ -11,7 +11,7 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[2]
 
 #: the count on main; a typed result (a pydantic model or a dataclass) takes a dict's place
-CEILING = 93
+CEILING = 90
 
 
 def _script() -> ModuleType:
