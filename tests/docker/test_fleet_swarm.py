@@ -12,6 +12,7 @@ and leaves the fleet on the baseline again, except the last (promoted).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from kctl.fleet.probe import Prober
 from tests.fleet.harness import Run, Watched, check_served
@@ -305,6 +307,59 @@ def test_gpus_are_reserved_per_replica_and_passed_to_each_server(
     finally:
         _remove_services(f)
         _remove_services(more)
+
+
+def test_secrets_reach_the_replicas_as_docker_secrets(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile with a token and an API key as references: kctl creates the Docker
+    secrets at deploy time, each replica's start wrapper reads the mounted files (the
+    token into the server's environment, the key's file as --config), the replicas answer
+    401 without the key, kctl's own gates and verification send it, and the service
+    spec Swarm keeps holds neither value."""
+    token, key = "hf_swarmTOKEN5e1f07", "sk-swarmKEY90aa3c"
+    monkeypatch.setenv("KCTL_TEST_HF_TOKEN", token)  # kctl_env passes this environment on
+    key_file = tmp_path / "api-key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    f = Fleet(tmp_path / "sec", fleet.swarm, name="kt-sec")
+    data = yaml.safe_load((f.profiles / "baseline.yaml").read_text())
+    data["server"]["secrets"] = {"HF_TOKEN": {"env": "KCTL_TEST_HF_TOKEN"}}
+    data["server"]["api_key"] = {"file": str(key_file)}
+    (f.profiles / "keyed.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    name = f"kt-sec-{os.getpid() % 100000}"
+    try:
+        r = f.deploy("keyed")
+        assert r.code == 0 and "ESTABLISHED" in r.out, r.explain()
+        status = f.run("status", "--fleet", str(f.file))  # verification sends the key
+        assert status.code == 0, status.explain()
+        for port in (f.first, f.first + 1):
+            assert http_status(port) == 200  # /health is open
+            assert http_status(port, "/get_model_info") == 401
+        (svc,) = f.engine.services.list(filters={"name": name})
+        spec = json.dumps(svc.attrs)
+        assert token not in spec and key not in spec
+        mounted = svc.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Secrets"]
+        assert {m["File"]["Name"] for m in mounted} == {"kctl-env-HF_TOKEN", "kctl-sglang-config"}
+        assert all(m["SecretName"].startswith(f"kctl-{name}-") for m in mounted), mounted
+        owned = f.engine.secrets.list(filters={"label": f"kctl.fleet={name}"})
+        assert {s.name for s in owned} == {m["SecretName"] for m in mounted}
+        seen = []
+        for c in f.engine.containers.list(filters={"label": "kctl.role=main"}):
+            if c.labels.get("kctl.owner", "").startswith(f.owner):
+                env = c.exec_run(["sh", "-c", "cat /proc/[0-9]*/environ"]).output.decode()
+                argv = c.exec_run(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).output.decode()
+                seen.append((f"HF_TOKEN={token}" in env.split("\0"), key in argv,
+                             "/run/secrets/kctl-sglang-config" in argv))  # fmt: skip
+        assert seen and all(s == (True, False, True) for s in seen), seen
+        for text in (r.out, r.err, status.out, status.err):
+            assert token not in text and key not in text
+    finally:
+        _remove_services(f)
+        time.sleep(2)  # Swarm refuses to remove a secret a task still uses
+        for secret in f.engine.secrets.list(filters={"label": f"kctl.fleet={name}"}):
+            with contextlib.suppress(Exception):
+                secret.remove()
 
 
 def _remove_services(f: Fleet) -> None:
