@@ -73,13 +73,13 @@ class BaselineCheckResult(BaseModel):
     (docs/profiles.md, "How the gate judges"). steady: the stored measurement was reused;
     else the baseline was measured again before it stopped."""
 
+    rows: list[DriftRowResult]
     steady: bool
     reason: str = Field(
         description="steady / drifted beyond the noise / requests failed / out of time, with "
         "each context's figures"
     )
     elapsed_s: float = Field(description="seconds at real-time scale")
-    rows: list[DriftRowResult]
 
 
 class DeployResult(BaseModel):

@@ -141,3 +141,15 @@ def test_a_fleet_status_over_a_fake_orchestrator_validates(
 
     text = fleet_status_text(result)
     assert "a canary service (ft-canary) is left over" in text, text
+
+
+def test_a_deploy_result_keeps_the_drift_checks_keys_in_their_order() -> None:
+    """--json prints the drift check as its dataclass did: the same keys, in the same order."""
+    from kctl.controller.deploy import BaselineCheckResult
+    from kctl.gate.drift import DriftCheck, DriftRow
+
+    row = DriftRow(context=5700, stored=100.0, now=None, ratio=None, lo=None, hi=None,
+                   completed=0, sent=2)  # fmt: skip
+    check = DriftCheck(rows=(row,), steady=False, reason="requests failed", elapsed_s=1.5)
+    dumped = BaselineCheckResult.model_validate(check.to_dict()).model_dump(mode="json")
+    assert json.dumps(dumped) == json.dumps(check.to_dict())
