@@ -36,6 +36,7 @@ from kctl.fleet.loader import load_fleet
 from kctl.fleet.plan import Observed, plan_fleet_deploy, plan_fleet_rollback
 from kctl.fleet.results import FleetDeployResult, FleetRollbackResult
 from kctl.profile.compare import gate_mismatches
+from kctl.runtime import kind_of
 from kctl.statedir import ensure_dir
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def deploy_fleet(
     candidate, baseline = common.load_pair(profile_path, ctx.overrides)
     fleet = load_fleet(fleet_path)
     # the profile's own kind: under --simulate a docker profile runs as the simulator
-    if candidate.runtime.kind != "docker":
+    if not kind_of(candidate.runtime.kind).runs_images:
         raise UsageError(
             f"{candidate.source}: runtime.kind is {candidate.runtime.kind!r}; a fleet runs images",
             hint="set runtime.kind: docker in the profile",

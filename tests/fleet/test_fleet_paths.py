@@ -44,3 +44,20 @@ def test_socket_paths_are_normalized_and_other_endpoints_kept(tmp_path: Path) ->
     swarm = load_fleet(path).swarm
     assert swarm.manager == "unix:///var/run/docker.sock"
     assert swarm.engines == {"gpu-2": "unix:///run/d.sock", "gpu-3": "ssh://root@gpu-3"}
+
+
+def test_a_profile_that_runs_no_image_is_refused_for_a_fleet(tmp_path: Path) -> None:
+    from kctl.controller.context import Context
+    from kctl.errors import UsageError
+    from kctl.fleet.rollout import deploy_fleet
+
+    profile = tmp_path / "local.yaml"
+    profile.write_text(
+        "description: a host process\nserver:\n  model_path: /models/m\n"
+        "runtime:\n  kind: local\n"
+    )
+    fleet = _write(tmp_path, "kind: fleet\nname: f\nreplicas: 1\n")
+    with pytest.raises(UsageError, match="runtime.kind is 'local'; a fleet runs images") as info:
+        deploy_fleet(Context(state_dir=tmp_path / "state"), str(profile), fleet)
+    assert info.value.hint == "set runtime.kind: docker in the profile"
+    assert not (tmp_path / "state").exists()  # refused before anything was written
