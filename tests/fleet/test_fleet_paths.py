@@ -53,8 +53,7 @@ def test_a_profile_that_runs_no_image_is_refused_for_a_fleet(tmp_path: Path) -> 
 
     profile = tmp_path / "local.yaml"
     profile.write_text(
-        "description: a host process\nserver:\n  model_path: /models/m\n"
-        "runtime:\n  kind: local\n"
+        "description: a host process\nserver:\n  model_path: /models/m\nruntime:\n  kind: local\n"
     )
     fleet = _write(tmp_path, "kind: fleet\nname: f\nreplicas: 1\n")
     with pytest.raises(UsageError, match="runtime.kind is 'local'; a fleet runs images") as info:
