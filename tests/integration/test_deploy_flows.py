@@ -165,7 +165,8 @@ def test_inconclusive_reverts_by_default(kctl: Kctl) -> None:
 def test_signal_mid_gate_reverts(kctl: Kctl, sig: signal.Signals) -> None:
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400  # a gate long enough to interrupt
-    prof["simulator"]["speedup"] = 10
+    # 10x for the gate; 20 simulated s (2 s) of load, which is not what the test waits for
+    prof["simulator"].update(speedup=10, load_s=20)
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
     try:
@@ -184,7 +185,7 @@ def test_signal_mid_gate_reverts(kctl: Kctl, sig: signal.Signals) -> None:
 def test_killed_mid_deploy_is_reported_and_rollback_recovers(kctl: Kctl) -> None:
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400
-    prof["simulator"]["speedup"] = 10
+    prof["simulator"].update(speedup=10, load_s=20)  # a long gate, a 2 s load
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
     try:
@@ -268,7 +269,10 @@ def test_invalid_profile_exits_2_before_touching_anything(kctl: Kctl) -> None:
 def test_second_interrupt_aborts_the_revert_and_leaves_degraded(kctl: Kctl) -> None:
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400
-    prof["simulator"]["speedup"] = 10  # a 10 s simulated load: time to interrupt the revert
+    # 10x: a long gate to interrupt; 20 simulated s of load (2 s): the candidate's start is
+    # not what the test waits for (the second signal lands in the baseline's restart, 2 s
+    # at its own profile's 50x)
+    prof["simulator"].update(speedup=10, load_s=20)
     cand = kctl.write("cand.yaml", prof)
     proc = kctl.spawn("deploy", cand)
     try:

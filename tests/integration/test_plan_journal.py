@@ -107,7 +107,10 @@ def test_degraded_journals_the_steps_to_the_aborted_revert(kctl: Kctl) -> None:
     assert kctl.run("deploy", str(kctl.tmp / "base.yaml")).code == 0
     prof = candidate_profile(kctl.port)
     prof["gate"]["output_tokens"] = 400
-    prof["simulator"]["speedup"] = 10  # a 10 s simulated load: time to interrupt the revert
+    # 10x: a gate of several seconds, time to see it gating and interrupt it; 20 simulated
+    # s of load (2 s): the candidate's start is not what the test waits for (the second
+    # signal lands in the baseline's restart, 2 s at its own profile's 50x)
+    prof["simulator"].update(speedup=10, load_s=20)
     cand = kctl.write("cand.yaml", prof)
     plan = planned(kctl, cand)
     proc = kctl.spawn("deploy", cand)
@@ -136,7 +139,9 @@ def test_degraded_journals_the_steps_to_the_aborted_revert(kctl: Kctl) -> None:
 
 def test_one_signal_during_a_revert_a_failure_started_lets_it_finish(kctl: Kctl) -> None:
     slow_base = base_profile(kctl.port)
-    slow_base["simulator"]["speedup"] = 10  # the baseline's restart in the revert takes 10 s
+    # 250 simulated s of load at 50x: the baseline's restart in the revert takes 5 s, time
+    # for the signal to land in it (its gate stays at 50x: a measurement of a second)
+    slow_base["simulator"]["load_s"] = 250
     assert kctl.run("deploy", kctl.write("base.yaml", slow_base)).code == 0
     prof = candidate_profile(kctl.port, KCTL_SIM_FAULT="crash_at_start")
     cand = kctl.write("cand.yaml", prof)
