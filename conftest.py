@@ -8,9 +8,10 @@ test are marked here.
 
 **Parallel.** pyproject's ``addopts`` runs the tests on pytest-xdist workers with
 ``--dist loadgroup``: tests are independent (each has its own tmp dir, state dir and
-ports), except those that share one Docker engine (its Swarm, its images, which some
-tests delete): every ``docker`` test joins one ``xdist_group`` and so runs on one worker,
-in file order; so does each module of :data:`ONE_WORKER_MODULES`. ``-n 0`` runs in this process.
+ports), except those that share one Docker engine's state: the ``docker`` tests run in
+the ``xdist_group`` :data:`DOCKER_GROUPS` names for their module, so each group runs on one
+worker, in file order; so does each module of :data:`ONE_WORKER_MODULES`. ``-n 0`` runs in
+this process.
 
 **Summaries under xdist.** The fault suite's summary is built here from the test reports
 (workers send them to the controller with their ``user_properties``), and the kernel
@@ -59,6 +60,15 @@ ONE_WORKER_MODULES = frozenset(
     }
 )
 
+#: docker modules that run beside the other docker tests, on a worker of their own: they
+#: share nothing on the engine with them but the base image (read only). The docker fault
+#: cases build, run and delete their own ``faults-*`` images, and their containers carry the
+#: case's state dir as owner. Every other docker test joins the group ``docker``, in file
+#: order: those build and run the same ``kctl/<profile>`` images of ``tests/docker/profiles``
+#: (a second build of a tag while the Swarm tests copy it to their second node would move
+#: the tag under the copy), and the Swarm tests turn the engine into a manager.
+DOCKER_GROUPS = {"tests/faults/test_docker.py": "docker-faults"}
+
 #: the kernel compile test's conftest keeps its summary lines in this list
 _COMPILE_LINES = "_COMPILE_SUMMARY"
 
@@ -81,7 +91,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(path))
         if item.get_closest_marker("docker") is not None:
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("docker"))
+            item.add_marker(pytest.mark.xdist_group(DOCKER_GROUPS.get(path, "docker")))
 
 
 # -- the kernel compile test's summary, from the workers ------------------------------------
