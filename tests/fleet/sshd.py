@@ -23,22 +23,27 @@ import paramiko
 DIAL_STDIO = b"docker system dial-stdio"
 
 
+#: what a side that closed raises: paramiko's transport raises EOFError once its peer left
+_GONE = (OSError, EOFError, paramiko.SSHException)
+
+
 def _pipe(channel: paramiko.Channel, engine_socket: str) -> None:
     """Channel <-> the engine's socket until either side closes."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(engine_socket)
     except OSError as exc:
-        channel.sendall_stderr(f"cannot reach {engine_socket}: {exc}\n".encode())
-        channel.send_exit_status(1)
-        channel.close()
+        with contextlib.suppress(*_GONE):  # the client may be gone already
+            channel.sendall_stderr(f"cannot reach {engine_socket}: {exc}\n".encode())
+            channel.send_exit_status(1)
+            channel.close()
         return
 
     def upstream() -> None:
         try:
             while data := channel.recv(65536):
                 sock.sendall(data)
-        except OSError:
+        except _GONE:
             pass
         finally:
             with contextlib.suppress(OSError):
@@ -49,7 +54,7 @@ def _pipe(channel: paramiko.Channel, engine_socket: str) -> None:
     try:
         while data := sock.recv(65536):
             channel.sendall(data)
-    except OSError:
+    except _GONE:  # a client that hangs up mid-answer ends the pipe, not the test
         pass
     finally:
         sock.close()
@@ -57,9 +62,10 @@ def _pipe(channel: paramiko.Channel, engine_socket: str) -> None:
         try:
             channel.send_exit_status(0)
             channel.shutdown_write()
-        except (OSError, EOFError, paramiko.SSHException):
+        except _GONE:
             pass
-        channel.close()
+        with contextlib.suppress(*_GONE):
+            channel.close()
 
 
 class _Interface(paramiko.ServerInterface):
